@@ -1,0 +1,71 @@
+"""The console's navigation: one section per layer."""
+
+from dataclasses import dataclass
+
+from django.urls import reverse
+
+
+@dataclass(frozen=True)
+class NavItem:
+    label: str
+    url_name: str
+    # Other pages under this item, so it stays highlighted there.
+    also_for: tuple[str, ...] = ()
+
+    @property
+    def url(self) -> str:
+        return reverse(self.url_name)
+
+    def is_active(self, view_name: str) -> bool:
+        return view_name == self.url_name or view_name in self.also_for
+
+
+@dataclass(frozen=True)
+class NavLink:
+    label: str
+    url: str
+    active: bool
+
+
+@dataclass(frozen=True)
+class NavSection:
+    label: str
+    layer: str
+    items: tuple[NavItem, ...]
+
+
+@dataclass(frozen=True)
+class NavSectionLinks:
+    label: str
+    layer: str
+    links: tuple[NavLink, ...]
+
+
+SECTIONS = (
+    NavSection("Computing centre", "L0", (
+        NavItem("Dashboard", "frontend:dashboard"),
+        NavItem("Tenants", "frontend:tenants",
+                ("frontend:tenant-create", "frontend:tenant-edit")),
+        NavItem("Members", "frontend:members", ("frontend:member-add",)),
+        NavItem("Quotas", "frontend:quotas", ("frontend:quota-edit",)),
+        NavItem("API tokens", "frontend:tokens"),
+        NavItem("Audit log", "frontend:audit"),
+    )),
+    NavSection("Clusters", "L1", (NavItem("Clusters", "frontend:clusters"),)),
+    NavSection("Jobs", "L2", (NavItem("Jobs", "frontend:jobs"),)),
+    NavSection("Toolchain", "L3", (NavItem("Toolchain", "frontend:toolchain"),)),
+    NavSection("Models", "L4", (NavItem("Models", "frontend:models"),)),
+)
+
+
+def navigation(request) -> list[NavSectionLinks]:
+    match = getattr(request, "resolver_match", None)
+    view_name = match.view_name if match else ""
+    return [
+        NavSectionLinks(
+            section.label, section.layer,
+            tuple(NavLink(item.label, item.url, item.is_active(view_name))
+                  for item in section.items),
+        )
+        for section in SECTIONS
+    ]

@@ -1,0 +1,1 @@
+"""L0, the computing-centre OS: tenants, members and roles, API tokens, quotas and the audit log."""

@@ -1,0 +1,188 @@
+"""Input serializers validate what a client sends; output serializers say what it gets back."""
+
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from infra_os.choices import Role
+from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
+from infra_os.models.tenancy import slug_validator
+from infra_os.selectors import tenant_list
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class CallerTenantField(serializers.SlugRelatedField):
+    """A tenant named by its slug, chosen among the tenants the caller sees: any other name is
+    simply unknown, so no one learns which tenants exist."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", **kwargs)
+
+    def get_queryset(self):
+        return tenant_list(user=self.context["request"].user)
+
+
+class UserBriefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = get_user_model()
+        fields = ["id", "username", "email", "first_name", "last_name"]
+
+
+class QuotaBriefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Quota
+        fields = ["gpus", "cpu_cores", "memory_gib", "storage_gib", "gpu_model_limits"]
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    member_count = serializers.IntegerField(read_only=True)
+    my_role = serializers.ChoiceField(choices=Role.choices, read_only=True, allow_null=True)
+    quota = QuotaBriefSerializer(read_only=True)
+
+    class Meta:
+        model = Tenant
+        fields = [
+            "id", "name", "display_name", "description", "is_active", "member_count", "my_role",
+            "quota", "created_at", "updated_at",
+        ]
+
+
+class TenantCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=63, validators=[slug_validator])
+    display_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    description = serializers.CharField(required=False, allow_blank=True)
+    gpus = serializers.IntegerField(min_value=0, default=0)
+    cpu_cores = serializers.IntegerField(min_value=0, default=0)
+    memory_gib = serializers.IntegerField(min_value=0, default=0)
+    storage_gib = serializers.IntegerField(min_value=0, default=0)
+
+
+class TenantUpdateSerializer(serializers.Serializer):
+    display_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    description = serializers.CharField(required=False, allow_blank=True)
+    is_active = serializers.BooleanField(required=False)
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    user = UserBriefSerializer(read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "tenant", "user", "role", "created_at", "updated_at"]
+
+
+class MembershipCreateSerializer(serializers.Serializer):
+    tenant = CallerTenantField()
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+    email = serializers.EmailField(required=False, allow_blank=True, default="")
+    password = serializers.CharField(
+        required=False, allow_blank=True, default="", write_only=True,
+        style={"input_type": "password"},
+        help_text="Only to create a new account for a username that does not exist yet.",
+    )
+
+
+class MembershipUpdateSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Quota
+        fields = [
+            "id", "tenant", "gpus", "cpu_cores", "memory_gib", "storage_gib",
+            "gpu_model_limits", "updated_at",
+        ]
+
+
+class QuotaUpdateSerializer(serializers.Serializer):
+    gpus = serializers.IntegerField(min_value=0, required=False)
+    cpu_cores = serializers.IntegerField(min_value=0, required=False)
+    memory_gib = serializers.IntegerField(min_value=0, required=False)
+    storage_gib = serializers.IntegerField(min_value=0, required=False)
+    gpu_model_limits = serializers.DictField(
+        child=serializers.IntegerField(min_value=0), required=False,
+        help_text='GPUs allowed per GPU model, e.g. {"H100": 8}; each at most `gpus`.',
+    )
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    state = serializers.ChoiceField(
+        choices=[("active", "active"), ("expired", "expired"), ("revoked", "revoked")],
+        read_only=True,
+    )
+
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id", "name", "prefix", "user", "state", "created_at", "expires_at", "last_used_at",
+            "revoked_at",
+        ]
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(
+        read_only=True, help_text="The secret. It is shown this once and never again."
+    )
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    expires_in_days = serializers.IntegerField(
+        min_value=1, max_value=366, required=False, allow_null=True, default=90,
+        help_text="Days until the token expires (1 to 366); null for no expiry.",
+    )
+
+    def validate(self, attrs):
+        days = attrs.pop("expires_in_days")
+        attrs["expires_at"] = timezone.now() + timedelta(days=days) if days else None
+        return attrs
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name", read_only=True)
+    tenant = serializers.CharField(source="tenant_name", read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id", "created_at", "actor", "tenant", "action", "object_type", "object_id",
+            "object_repr", "changes", "source_ip",
+        ]
+
+
+class MembershipBriefSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["tenant", "role"]
+
+
+class MeSerializer(serializers.ModelSerializer):
+    is_platform_admin = serializers.BooleanField(source="is_staff", read_only=True)
+    memberships = MembershipBriefSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = get_user_model()
+        fields = [
+            "id", "username", "email", "first_name", "last_name", "is_platform_admin",
+            "memberships",
+        ]
+
+
+class LoginSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(style={"input_type": "password"}, write_only=True)

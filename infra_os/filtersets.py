@@ -1,0 +1,84 @@
+"""Filters shared by the API and the console."""
+
+import django_filters
+from django.db.models import Q
+from django.utils import timezone
+
+from infra_os.choices import Role
+from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
+
+
+class TenantFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="search", label="Search")
+
+    class Meta:
+        model = Tenant
+        fields = ["q", "is_active"]
+
+    def search(self, queryset, name, value):
+        return queryset.filter(
+            Q(name__icontains=value) | Q(display_name__icontains=value)
+            | Q(description__icontains=value)
+        )
+
+
+class MembershipFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="search", label="Search")
+    tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
+    role = django_filters.ChoiceFilter(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["q", "tenant", "role"]
+
+    def search(self, queryset, name, value):
+        return queryset.filter(
+            Q(user__username__icontains=value) | Q(user__email__icontains=value)
+            | Q(user__first_name__icontains=value) | Q(user__last_name__icontains=value)
+        )
+
+
+class QuotaFilterSet(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
+
+    class Meta:
+        model = Quota
+        fields = ["tenant"]
+
+
+class ApiTokenFilterSet(django_filters.FilterSet):
+    STATES = (("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked"))
+    q = django_filters.CharFilter(field_name="name", lookup_expr="icontains", label="Name")
+    state = django_filters.ChoiceFilter(choices=STATES, method="by_state", label="State")
+
+    class Meta:
+        model = ApiToken
+        fields = ["q", "state"]
+
+    def by_state(self, queryset, name, value):
+        now = timezone.now()
+        live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        if value == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        if value == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+        return queryset.filter(live, revoked_at__isnull=True)
+
+
+class AuditEventFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="search", label="Search")
+    tenant = django_filters.CharFilter(field_name="tenant_name", label="Tenant")
+    action = django_filters.CharFilter(field_name="action", lookup_expr="startswith")
+    actor = django_filters.CharFilter(field_name="actor_name", label="Actor")
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["q", "tenant", "action", "actor", "since", "until"]
+
+    def search(self, queryset, name, value):
+        return queryset.filter(
+            Q(action__icontains=value) | Q(object_repr__icontains=value)
+            | Q(actor_name__icontains=value)
+        )

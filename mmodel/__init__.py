@@ -1,0 +1,1 @@
+"""L4, multi-model management: registry, evaluation, deployments and the OpenAI gateway."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MmodelConfig(AppConfig):
+    name = "mmodel"
+    verbose_name = "Models"

@@ -1,0 +1,235 @@
+"""OGAI settings. Every value comes from the environment; see the README for the full list.
+
+`OGAI_PROFILE=production` switches the secure defaults on (no DEBUG, HTTPS-only cookies, HSTS,
+hashed static files) and makes SECRET_KEY mandatory; it passes `manage.py check --deploy`.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from ogai.env import env_bool, env_int, env_list, env_str, persistent_secret_key
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PROFILE = env_str("OGAI_PROFILE", "development")
+if PROFILE not in {"development", "production"}:
+    raise ImproperlyConfigured(f"OGAI_PROFILE={PROFILE!r}: use development or production.")
+PRODUCTION = PROFILE == "production"
+
+DATA_DIR = Path(env_str("OGAI_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    SECRET_KEY = persistent_secret_key(DATA_DIR)
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "django_tables2",
+    # OGAI, lowest layer first: the order is the dependency order.
+    "ogai",
+    "infra_os",
+    "podsys",
+    "aistation",
+    "ylink",
+    "mmodel",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "ogai.request_context.RequestContextMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "ogai.urls"
+WSGI_APPLICATION = "ogai.wsgi.application"
+ASGI_APPLICATION = "ogai.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "frontend.context_processors.console",
+            ],
+        },
+    },
+]
+
+# Database: SQLite in the data directory unless DATABASE_URL names another.
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'ogai.sqlite3'}",
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web server, the worker and beat write to one file: wait for locks instead of failing,
+    # take the write lock up front, and let readers work beside a writer.
+    # A file, not memory, so a worker process started by a test sees the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "frontend:login"
+LOGIN_REDIRECT_URL = "frontend:dashboard"
+LOGOUT_REDIRECT_URL = "frontend:login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+# Outside production, serve straight from the apps' static folders: no collectstatic step.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+
+# Request bodies: larger JSON or form bodies are refused with a 400 naming the limit.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("OGAI_MAX_REQUEST_BYTES", 1024 * 1024)
+
+# Security: production serves over HTTPS behind a proxy that sets X-Forwarded-Proto.
+SESSION_COOKIE_SECURE = PRODUCTION
+CSRF_COOKIE_SECURE = PRODUCTION
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", PRODUCTION)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if PRODUCTION else None
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = PRODUCTION
+SECURE_HSTS_PRELOAD = PRODUCTION
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# REST API: JSON, and the browsable API while developing.
+_RENDERERS = ["rest_framework.renderers.JSONRenderer"]
+if DEBUG:
+    _RENDERERS.append("rest_framework.renderers.BrowsableAPIRenderer")
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "infra_os.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "ogai.api.pagination.LimitOffsetPagination",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": _RENDERERS,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "ogai.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_RATES": {"login": env_str("OGAI_LOGIN_RATE", "20/minute")},
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "OGAI API",
+    "DESCRIPTION": "The REST API of OGAI, a platform for the whole life of large models on GPU "
+    "clusters. Authenticate with a session or an API token: `Authorization: Bearer <token>`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "ENUM_NAME_OVERRIDES": {"MembershipRoleEnum": "infra_os.choices.Role"},
+}
+
+# Celery: the filesystem transport in the data directory needs no server; Redis when set.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _queue_dir = DATA_DIR / "celery" / "queue"
+    _processed_dir = DATA_DIR / "celery" / "processed"
+    _queue_dir.mkdir(parents=True, exist_ok=True)
+    _processed_dir.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "processed_folder": str(_processed_dir),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
+    _default_results = f"file://{DATA_DIR / 'celery' / 'results'}"
+    (DATA_DIR / "celery" / "results").mkdir(parents=True, exist_ok=True)
+else:
+    _default_results = CELERY_BROKER_URL
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or _default_results
+CELERY_RESULT_EXPIRES = 3600
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_TIME_LIMIT = 600
+CELERY_TASK_SOFT_TIME_LIMIT = 540
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_TIMEZONE = TIME_ZONE
+
+# Behind a reverse proxy, take the client address for the audit log from X-Forwarded-For.
+OGAI_USE_X_FORWARDED_FOR = env_bool("OGAI_USE_X_FORWARDED_FOR", False)
+
+# How long /readyz waits for a worker to answer its health task.
+OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))

@@ -1,0 +1,62 @@
+from django.contrib import admin
+from django.http import HttpResponseServerError
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from ogai import health
+from ogai.api.errors import json_error
+
+admin.site.site_header = "OGAI administration"
+admin.site.site_title = "OGAI admin"
+admin.site.index_title = "Operators' administration"
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("api/v1/infra-os/", include("infra_os.api.urls")),
+    # Anything else under /api/ answers with the error envelope, in DEBUG too.
+    re_path(r"^api/", lambda request, *args: handler404(request)),
+    path("", include("frontend.urls")),
+]
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def handler400(request, exception=None):
+    if _is_api(request):
+        return json_error("bad_request", str(exception) or "The request is not valid.", 400)
+    return render(request, "frontend/error.html", {"status": 400, "title": "Bad request"},
+                  status=400)
+
+
+def handler403(request, exception=None):
+    if _is_api(request):
+        return json_error("permission_denied", "You may not do this.", 403)
+    # A service's refusal says why ("Your role in demo is viewer; …"): show it.
+    message = str(exception) if exception else ""
+    return render(request, "frontend/error.html",
+                  {"status": 403, "title": "Not allowed", "message": message}, status=403)
+
+
+def handler404(request, exception=None):
+    if _is_api(request):
+        return json_error("not_found", f"Nothing at {request.path}.", 404)
+    return render(request, "frontend/error.html", {"status": 404, "title": "Not found"},
+                  status=404)
+
+
+def handler500(request):
+    if _is_api(request):
+        return json_error("server_error", "The server failed; the error was logged.", 500)
+    # No request context: the context processors may be what failed.
+    return HttpResponseServerError(
+        render_to_string("frontend/error.html", {"status": 500, "title": "Server error"})
+    )

@@ -1,0 +1,1 @@
+"""L3, the model toolchain: datasets, data pipelines, pretraining and fine-tuning runs."""

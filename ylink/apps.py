@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class YlinkConfig(AppConfig):
+    name = "ylink"
+    verbose_name = "Toolchain"
