@@ -16,6 +16,8 @@ from rest_framework.test import APIClient
 from infra_os.choices import Role
 from ogai.celery import QUEUES
 from ogai.tasks import health_ping
+from podsys.drivers import reset_drivers
+from podsys.drivers.fake import reset_fake_clusters
 from tests.factories import PASSWORD, MembershipFactory, TenantFactory, UserFactory
 
 REPO = Path(__file__).resolve().parent
@@ -32,6 +34,16 @@ def _clear_cache():
     cache.clear()
     yield
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fake_clusters():
+    """Fake clusters live in process memory: every test starts with none."""
+    reset_fake_clusters()
+    reset_drivers()
+    yield
+    reset_fake_clusters()
+    reset_drivers()
 
 
 @pytest.fixture
@@ -85,12 +97,17 @@ def _database_url_of_tests() -> str:
 def celery_worker_process(tmp_path):
     """A real Celery worker process on the configured broker (Redis in CI, the filesystem
     transport otherwise), using the test database; stopped and reaped afterwards."""
-    env = {**os.environ, "DATABASE_URL": _database_url_of_tests()}
+    # Beat runs inside the worker, reconciling often, so jobs end promptly in tests.
+    env = {**os.environ, "DATABASE_URL": _database_url_of_tests(),
+           "OGAI_RECONCILE_INTERVAL_S": "0.5", "OGAI_SCHEDULE_INTERVAL_S": "2",
+           "OGAI_RETRY_BACKOFF_S": "0.2",
+           "OGAI_LAUNCH_GRACE_S": "5"}
     log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "ogai", "worker", "--pool", "solo",
          "--queues", ",".join(QUEUES), "--without-gossip", "--without-mingle",
-         "--without-heartbeat", "--loglevel", "INFO", "--hostname", f"test-{os.getpid()}@%h"],
+         "--without-heartbeat", "--loglevel", "INFO", "--hostname", f"test-{os.getpid()}@%h",
+         "--beat", "--schedule", str(tmp_path / "beat-schedule")],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:

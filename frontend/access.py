@@ -5,7 +5,7 @@ Templates use it only to hide controls the services would refuse; the services s
 
 from dataclasses import dataclass
 
-from infra_os.access import can_write_somewhere, is_platform_admin, role_in
+from infra_os.access import is_platform_admin, role_in
 from infra_os.choices import ADMIN_ROLES, WRITE_ROLES, Role
 from infra_os.models import Tenant
 from infra_os.selectors import tenants_for_switcher
@@ -64,8 +64,3 @@ def console_access(request) -> ConsoleAccess:
         )
         request._console_access = cached
     return cached
-
-
-def may_manage_tokens(request) -> bool:
-    """The token services refuse users who are a viewer everywhere."""
-    return can_write_somewhere(request.user)

@@ -1,11 +1,16 @@
 """The console's forms. They check shapes only; the services decide what is allowed."""
 
+import json
+import re
+import shlex
 from datetime import timedelta
 
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from aistation.choices import QueuePolicy
+from aistation.services.jobs import MAX_TIME_LIMIT_S
 from infra_os.choices import Role
 from infra_os.models.tenancy import slug_validator
 
@@ -111,3 +116,164 @@ class ApiTokenCreateForm(forms.Form):
     def expires_at(self):
         days = self.cleaned_data.get("expires_in_days")
         return timezone.now() + timedelta(days=days) if days else None
+
+
+# Jobs, queues and clusters (L1, L2) ---------------------------------------------------------
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The job services' error keys that differ from the form's field names.
+JOB_SUBMIT_FIELD_MAP = {
+    "resources.gpus": "gpus_per_replica",
+    "resources.gpu_model": "gpu_model",
+    "resources.cpu": "cpu_per_replica",
+    "resources.memory_mib": "memory_mib_per_replica",
+    "cluster": "queue",
+}
+
+
+class JobSubmitForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="A name to find the job by; not unique.")
+    queue = forms.ModelChoiceField(queryset=None, empty_label=None,
+                                   help_text="The queue decides the cluster the job runs on.")
+    command = forms.CharField(
+        max_length=10000,
+        widget=forms.TextInput(attrs={"class": "mono", "placeholder": "python train.py --epochs 3",
+                                      "autocomplete": "off", "spellcheck": "false"}),
+        help_text="The program and its arguments, split like a shell would (quotes group "
+        "words), but run without a shell: no pipes, redirections, globs or $VARIABLES.",
+    )
+    env = forms.CharField(
+        label="Environment", required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "class": "mono", "spellcheck": "false",
+                                     "placeholder": "HF_HOME=/data/hf\nSEED=1"}),
+        help_text="One variable a line, as KEY=VALUE.",
+    )
+    image = forms.CharField(max_length=500, required=False,
+                            help_text="A container image; clusters that run local processes "
+                            "ignore it.")
+    gpus_per_replica = forms.IntegerField(label="GPUs", min_value=0, max_value=1024, initial=1)
+    gpu_model = forms.CharField(label="GPU model", max_length=64, required=False,
+                                help_text="e.g. H100; empty: any model.")
+    cpu_per_replica = forms.FloatField(label="CPU cores", min_value=0.01,
+                                       max_value=4096, initial=1)
+    memory_mib_per_replica = forms.IntegerField(label="Memory (MiB)", min_value=1,
+                                                max_value=16 * 1024 * 1024, initial=1024)
+    replicas = forms.IntegerField(min_value=1, max_value=1024, initial=1,
+                                  help_text="Processes of the job; all start together or none.")
+    priority = forms.IntegerField(min_value=-1000, max_value=1000, required=False,
+                                  help_text="Higher runs first; empty: the queue's default.")
+    max_restarts = forms.IntegerField(min_value=0, max_value=100, initial=0,
+                                      help_text="Restarts after a failure before it fails.")
+    time_limit_s = forms.IntegerField(label="Time limit (seconds)", min_value=1,
+                                      max_value=MAX_TIME_LIMIT_S, required=False,
+                                      help_text="Stopped after this long; empty: no limit.")
+
+    def __init__(self, *args, queues, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].queryset = queues
+        self.fields["queue"].label_from_instance = lambda queue: (
+            f"{queue.name} (cluster {queue.cluster.name})"
+        )
+
+    @staticmethod
+    def initial_from(job) -> dict:
+        """The form's values for submitting a copy of `job`."""
+        return {
+            "name": job.name, "queue": job.queue_id, "command": shlex.join(job.command),
+            "env": "\n".join(f"{key}={value}" for key, value in job.env.items()),
+            "image": job.image, "gpus_per_replica": job.gpus_per_replica,
+            "gpu_model": job.gpu_model, "cpu_per_replica": job.cpu_per_replica,
+            "memory_mib_per_replica": job.memory_mib_per_replica, "replicas": job.replicas,
+            "priority": job.priority, "max_restarts": job.max_restarts,
+            "time_limit_s": job.time_limit_s,
+        }
+
+    def clean_command(self) -> list[str]:
+        try:
+            parts = shlex.split(self.cleaned_data["command"])
+        except ValueError as exc:
+            raise ValidationError(f"Cannot split the command: {exc}.") from None
+        if not parts:
+            raise ValidationError("Give the program to run.")
+        return parts
+
+    def clean_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for number, line in enumerate(self.cleaned_data["env"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            key, sep, value = line.partition("=")
+            key = key.strip()
+            if not sep or not ENV_NAME.match(key):
+                raise ValidationError(f"Line {number}: write KEY=VALUE, where KEY is letters, "
+                                      "digits and underscores, not starting with a digit.")
+            if key in env:
+                raise ValidationError(f"Line {number}: {key} is given twice.")
+            env[key] = value
+        return env
+
+
+class QueueFieldsMixin(forms.Form):
+    description = forms.CharField(max_length=200, required=False)
+    default_priority = forms.IntegerField(
+        label="Default priority", min_value=-1000, max_value=1000, initial=0,
+        help_text="The priority of jobs that give none; higher runs first.",
+    )
+    gpu_limit = forms.IntegerField(
+        label="GPU limit", min_value=0, required=False,
+        help_text="GPUs the queue's jobs may hold at once; empty: up to the tenant's quota.",
+    )
+    policy = forms.ChoiceField(choices=QueuePolicy.choices, initial=QueuePolicy.FAIR)
+
+
+class QueueCreateForm(QueueFieldsMixin):
+    name = forms.CharField(max_length=63, validators=[slug_validator],
+                           help_text="Lowercase letters, digits and hyphens.")
+    cluster = forms.ModelChoiceField(queryset=None, empty_label=None,
+                                     help_text="Where the queue's jobs run.")
+
+    field_order = ["name", "cluster", "description", "default_priority", "gpu_limit", "policy"]
+
+    def __init__(self, *args, clusters, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["cluster"].queryset = clusters
+
+
+class QueueUpdateForm(QueueFieldsMixin):
+    is_active = forms.BooleanField(
+        label="Active", required=False,
+        help_text="A closed queue takes no new jobs; what it holds runs on.",
+    )
+
+
+class ClusterCreateForm(forms.Form):
+    name = forms.CharField(max_length=63, validators=[slug_validator],
+                           help_text="Lowercase letters, digits and hyphens.")
+    display_name = forms.CharField(max_length=200, required=False)
+    driver = forms.ChoiceField(choices=(), help_text="How OGAI talks to the cluster.")
+    tenant = forms.ModelChoiceField(queryset=None, required=False, empty_label="All tenants",
+                                    to_field_name="name",
+                                    help_text="A tenant's own cluster, or one all tenants share.")
+    options = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "class": "mono", "spellcheck": "false",
+                                     "placeholder": '{"nodes": 2, "gpus_per_node": 8}'}),
+        help_text="The driver's options as a JSON object; empty: its defaults.",
+    )
+
+    def __init__(self, *args, drivers, tenants, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["driver"].choices = [(name, name) for name in sorted(drivers)]
+        self.fields["tenant"].queryset = tenants
+
+    def clean_options(self) -> dict:
+        text = self.cleaned_data["options"].strip()
+        if not text:
+            return {}
+        try:
+            options = json.loads(text)
+        except ValueError as exc:
+            raise ValidationError(f"Not JSON: {exc}.") from None
+        if not isinstance(options, dict):
+            raise ValidationError('Give an object, e.g. {"nodes": 2}.')
+        return options

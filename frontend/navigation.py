@@ -51,8 +51,14 @@ SECTIONS = (
         NavItem("API tokens", "frontend:tokens"),
         NavItem("Audit log", "frontend:audit"),
     )),
-    NavSection("Clusters", "L1", (NavItem("Clusters", "frontend:clusters"),)),
-    NavSection("Jobs", "L2", (NavItem("Jobs", "frontend:jobs"),)),
+    NavSection("Clusters", "L1", (
+        NavItem("Clusters", "frontend:clusters", ("frontend:cluster", "frontend:cluster-create")),
+    )),
+    NavSection("Jobs", "L2", (
+        NavItem("Jobs", "frontend:jobs", ("frontend:job", "frontend:job-submit")),
+        NavItem("Queues", "frontend:queues",
+                ("frontend:queue", "frontend:queue-create", "frontend:queue-edit")),
+    )),
     NavSection("Toolchain", "L3", (NavItem("Toolchain", "frontend:toolchain"),)),
     NavSection("Models", "L4", (NavItem("Models", "frontend:models"),)),
 )

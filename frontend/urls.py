@@ -1,7 +1,19 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend.views import audit, dashboard, layers, members, quotas, switcher, tenants, tokens
+from frontend.views import (
+    audit,
+    clusters,
+    dashboard,
+    jobs,
+    layers,
+    members,
+    queues,
+    quotas,
+    switcher,
+    tenants,
+    tokens,
+)
 
 app_name = "frontend"
 urlpatterns = [
@@ -24,8 +36,21 @@ urlpatterns = [
     path("tokens/new/", tokens.token_create, name="token-create"),
     path("tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
     path("audit/", audit.audit, name="audit"),
-    path("clusters/", layers.layer_view("clusters"), name="clusters"),
-    path("jobs/", layers.layer_view("jobs"), name="jobs"),
+    path("clusters/", clusters.clusters, name="clusters"),
+    path("clusters/new/", clusters.cluster_create_view, name="cluster-create"),
+    path("clusters/<slug:name>/", clusters.cluster_detail, name="cluster"),
+    path("clusters/<slug:name>/sync/", clusters.cluster_sync, name="cluster-sync"),
+    path("clusters/<slug:name>/nodes/<int:pk>/schedulable/", clusters.node_schedulable,
+         name="node-schedulable"),
+    path("jobs/", jobs.jobs, name="jobs"),
+    path("jobs/new/", jobs.job_submit_view, name="job-submit"),
+    path("jobs/<int:pk>/", jobs.job_detail_view, name="job"),
+    path("jobs/<int:pk>/cancel/", jobs.job_cancel_view, name="job-cancel"),
+    path("jobs/<int:pk>/rerun/", jobs.job_rerun_view, name="job-rerun"),
+    path("queues/", queues.queues, name="queues"),
+    path("queues/new/", queues.queue_create_view, name="queue-create"),
+    path("queues/<int:pk>/", queues.queue_detail, name="queue"),
+    path("queues/<int:pk>/edit/", queues.queue_edit_view, name="queue-edit"),
     path("toolchain/", layers.layer_view("toolchain"), name="toolchain"),
     path("models/", layers.layer_view("models"), name="models"),
 ]

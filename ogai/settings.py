@@ -194,7 +194,12 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
-    "ENUM_NAME_OVERRIDES": {"MembershipRoleEnum": "infra_os.choices.Role"},
+    "ENUM_NAME_OVERRIDES": {
+        "MembershipRoleEnum": "infra_os.choices.Role",
+        "JobStateEnum": "aistation.choices.JobState",
+        "AttemptStateEnum": "aistation.choices.AttemptState",
+        "TokenStateEnum": [("active", "active"), ("expired", "expired"), ("revoked", "revoked")],
+    },
 }
 
 # Celery: the filesystem transport in the data directory needs no server; Redis when set.
@@ -224,12 +229,32 @@ CELERY_TASK_SOFT_TIME_LIMIT = 540
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
+# Periodic work, by task name. The reconcile interval is also how soon a finished job is seen.
+RECONCILE_INTERVAL_S = float(env_str("OGAI_RECONCILE_INTERVAL_S", "5"))
+SCHEDULE_INTERVAL_S = float(env_str("OGAI_SCHEDULE_INTERVAL_S", "10"))
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {
+    "reconcile-attempts": {"task": "aistation.reconcile", "schedule": RECONCILE_INTERVAL_S},
+    "schedule-cycle": {"task": "aistation.schedule_cycle", "schedule": SCHEDULE_INTERVAL_S},
+    "sync-nodes": {"task": "podsys.sync_nodes", "schedule": 60.0},
+}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = TIME_ZONE
 
 # Behind a reverse proxy, take the client address for the audit log from X-Forwarded-For.
 OGAI_USE_X_FORWARDED_FOR = env_bool("OGAI_USE_X_FORWARDED_FOR", False)
+
+# Cluster drivers by name, like Django's cache backends: a cluster names one of these.
+OGAI_CLUSTER_DRIVERS = {
+    "local": "podsys.drivers.local.LocalDriver",
+    "fake": "podsys.drivers.fake.FakeDriver",
+}
+
+# Jobs: the first retry waits this long, doubling per restart (at most 10 minutes); an
+# attempt decided but not launched after the grace period is launched by reconcile.
+OGAI_RETRY_BACKOFF_S = float(env_str("OGAI_RETRY_BACKOFF_S", "10"))
+OGAI_LAUNCH_GRACE_S = float(env_str("OGAI_LAUNCH_GRACE_S", "30"))
+# A job waiting longer than this gets nodes reserved for it: nothing else starts on them.
+OGAI_SCHEDULER_STARVATION_S = float(env_str("OGAI_SCHEDULER_STARVATION_S", "900"))
 
 # How long /readyz waits for a worker to answer its health task.
 OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))

@@ -20,6 +20,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("api/v1/infra-os/", include("infra_os.api.urls")),
+    path("api/v1/podsys/", include("podsys.api.urls")),
+    path("api/v1/aistation/", include("aistation.api.urls")),
     # Anything else under /api/ answers with the error envelope, in DEBUG too.
     re_path(r"^api/", lambda request, *args: handler404(request)),
     path("", include("frontend.urls")),

@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class PodsysConfig(AppConfig):
     name = "podsys"
     verbose_name = "Clusters"
+
+    def seed_demo(self, *, stdout) -> None:
+        from podsys.services.demo import demo_seed
+
+        demo_seed(stdout=stdout)

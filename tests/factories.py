@@ -79,3 +79,48 @@ class ApiTokenFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"token-{n}")
     prefix = factory.Sequence(lambda n: f"{n:012x}")
     key_hash = "0" * 64
+
+
+class ClusterFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "podsys.Cluster"
+        django_get_or_create = ("name",)
+
+    name = factory.Sequence(lambda n: f"cluster-{n}")
+    driver = "fake"
+    options = factory.LazyFunction(lambda: {"nodes": 4, "gpus_per_node": 8})
+
+
+class NodeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "podsys.Node"
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"node-{n:03d}")
+    gpus = 8
+    gpu_model = "H100"
+    cpu_cores = 64
+    memory_mib = 512 * 1024
+
+
+class QueueFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "aistation.Queue"
+
+    tenant = factory.SubFactory(TenantFactory)
+    name = factory.Sequence(lambda n: f"queue-{n}")
+    cluster = factory.SubFactory(ClusterFactory)
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    """A queued job row; tests of the lifecycle submit through job_submit instead."""
+
+    class Meta:
+        model = "aistation.Job"
+
+    queue = factory.SubFactory(QueueFactory)
+    tenant = factory.SelfAttribute("queue.tenant")
+    cluster = factory.SelfAttribute("queue.cluster")
+    name = factory.Sequence(lambda n: f"job-{n}")
+    command = factory.LazyFunction(lambda: ["python", "-c", "print('hello')"])
+    state = "queued"

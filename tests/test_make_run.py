@@ -41,9 +41,13 @@ def _processes_using(data_dir: Path) -> list[int]:
     return found
 
 
-def _get_json(opener, url: str, data: dict | None = None) -> tuple[int, dict]:
+def _get_json(opener, url: str, data: dict | None = None, csrf: bool = False) -> tuple[int, dict]:
     body = json.dumps(data).encode() if data is not None else None
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if csrf:  # a session's unsafe request carries the CSRF cookie back, as a browser would
+        cookies = {c.name: c.value for c in opener.cookie_jar}
+        headers |= {"X-CSRFToken": cookies.get("csrftoken", ""), "Referer": url}
+    request = urllib.request.Request(url, data=body, headers=headers)
     try:
         with opener.open(request, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -65,6 +69,7 @@ def test_make_run_starts_serves_and_stops_cleanly(tmp_path):
         "OGAI_DEMO_PASSWORD": DEMO_PASSWORD,
         "VIRTUAL_ENV": sys.prefix,
         "PYTHONUNBUFFERED": "1",
+        "OGAI_RECONCILE_INTERVAL_S": "1",
     })
     log_path = tmp_path / "make-run.log"
     with log_path.open("w") as log:
@@ -73,7 +78,9 @@ def test_make_run_starts_serves_and_stops_cleanly(tmp_path):
             stderr=subprocess.STDOUT, start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}"
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+    jar = CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.cookie_jar = jar
     try:
         deadline = time.monotonic() + 180
         ready = None
@@ -98,6 +105,21 @@ def test_make_run_starts_serves_and_stops_cleanly(tmp_path):
         assert "demo" in {tenant["name"] for tenant in tenants["results"]}
         demo = next(t for t in tenants["results"] if t["name"] == "demo")
         assert demo["quota"]["gpus"] > 0
+
+        # The golden path's first step on one machine: a job on the local cluster.
+        spec = {"name": "smoke", "tenant": "demo", "queue": "default",
+                "command": [sys.executable, "-c", "print('hello from the local cluster')"],
+                "resources": {"gpus": 0, "cpu": 1, "memory_mib": 256}}
+        status, job = _get_json(opener, f"{base}/api/v1/aistation/jobs/", spec, csrf=True)
+        assert status == 201, job
+        deadline = time.monotonic() + 60
+        while job["state"] not in {"succeeded", "failed", "cancelled"}:
+            assert time.monotonic() < deadline, job
+            time.sleep(0.5)
+            _, job = _get_json(opener, f"{base}/api/v1/aistation/jobs/{job['id']}/")
+        assert job["state"] == "succeeded", job
+        _, logs = _get_json(opener, f"{base}/api/v1/aistation/jobs/{job['id']}/logs/")
+        assert "hello from the local cluster" in logs["text"]
 
         output = log_path.read_text()
         assert f"demo-admin   password: {DEMO_PASSWORD}" in output

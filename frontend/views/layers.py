@@ -1,5 +1,5 @@
-"""Overview pages of the layers above L0, which own no records yet: each says what the layer
-does and shows its (honest) empty state."""
+"""Overview pages of the layers whose console pages do not exist yet (the toolchain and the
+models): each says what the layer does and shows its (honest) empty state."""
 
 from dataclasses import dataclass
 
@@ -18,22 +18,6 @@ class LayerOverview:
 
 
 LAYERS = {
-    "clusters": LayerOverview(
-        "L1", "podsys", "Clusters",
-        "Clusters are the compute OGAI runs work on: this machine through the local driver, or "
-        "Kubernetes clusters built on leased servers. Each cluster lists its nodes and their "
-        "GPUs, the software stack deployed on them, and node health and metrics.",
-        "No clusters are registered yet.",
-        "A registered cluster appears here with its nodes, GPUs and health.",
-    ),
-    "jobs": LayerOverview(
-        "L2", "aistation", "Jobs",
-        "Jobs are batch, distributed and long-running work that the scheduler places on "
-        "clusters within your tenant's quota, by priority and fair share. Every job keeps its "
-        "event history, so a waiting job always says why it waits.",
-        "No jobs have been submitted yet.",
-        "Submitted jobs, notebooks and their queues appear here with their state and logs.",
-    ),
     "toolchain": LayerOverview(
         "L3", "ylink", "Toolchain",
         "The toolchain turns raw text into trained models: datasets, pipelines that clean, "

@@ -8,7 +8,6 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from frontend.access import may_manage_tokens
 from frontend.forms import ApiTokenCreateForm, add_service_errors
 from frontend.lists import list_response
 from frontend.responses import wants_partial
@@ -26,7 +25,6 @@ def _own_tokens(request):
 
 
 def _tokens_page(request, form, status: int = 200):
-    can_manage = may_manage_tokens(request)
     # Only the full page shows (and so spends) a new secret; an htmx refresh leaves it.
     new_token = None if wants_partial(request) else request.session.pop(NEW_TOKEN_SESSION_KEY,
                                                                         None)
@@ -36,8 +34,7 @@ def _tokens_page(request, form, status: int = 200):
         table_class=ApiTokenTable,
         queryset=_own_tokens(request),
         filterset_class=ApiTokenFilterSet,
-        table_kwargs={"exclude": () if can_manage else ("actions",)},
-        context={"form": form, "can_manage_tokens": can_manage, "new_token": new_token},
+        context={"form": form, "new_token": new_token},
         status=status,
     )
 

@@ -23,7 +23,11 @@ class CallerTenantField(serializers.SlugRelatedField):
         super().__init__(slug_field="name", **kwargs)
 
     def get_queryset(self):
-        return tenant_list(user=self.context["request"].user)
+        return self.get_queryset_for(self.context["request"].user)
+
+    @staticmethod
+    def get_queryset_for(user):
+        return tenant_list(user=user)
 
 
 class UserBriefSerializer(serializers.ModelSerializer):

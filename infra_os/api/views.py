@@ -135,8 +135,8 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
     input_serializer_classes = {"create": s.ApiTokenCreateSerializer}
     filterset_class = ApiTokenFilterSet
     tenant_field = None
-    # Anyone may revoke their own credentials, a viewer too.
-    viewer_actions = ("revoke",)
+    # Tokens are personal: a viewer creates and revokes their own (they stay read-only).
+    viewer_actions = ("create", "revoke")
 
     @extend_schema(request=s.ApiTokenCreateSerializer,
                    responses={201: s.ApiTokenCreatedSerializer})

@@ -1,4 +1,3 @@
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from infra_os.access import require_platform_admin
@@ -13,11 +12,8 @@ QUOTA_FIELDS = ("gpus", "cpu_cores", "memory_gib", "storage_gib", "gpu_model_lim
 def quota_update(*, actor, quota: Quota, **fields) -> Quota:
     """Operators set quotas; a tenant cannot raise its own."""
     require_platform_admin(actor)
-    unknown = set(fields) - set(QUOTA_FIELDS)
-    if unknown:
-        raise ValidationError({name: "This field cannot be changed." for name in sorted(unknown)})
     quota = Quota.objects.select_for_update().get(pk=quota.pk)
-    changes = assign_changes(quota, fields)
+    changes = assign_changes(quota, fields, allowed=QUOTA_FIELDS)
     if changes:
         quota.full_clean()
         quota.save()

@@ -50,12 +50,9 @@ def tenant_create(
 @transaction.atomic
 def tenant_update(*, actor, tenant: Tenant, **fields) -> Tenant:
     require_role(actor, tenant, ADMIN_ROLES)
-    unknown = set(fields) - set(TENANT_FIELDS)
-    if unknown:
-        raise ValidationError({name: "This field cannot be changed." for name in sorted(unknown)})
     if "is_active" in fields:
         require_platform_admin(actor)
-    changes = assign_changes(tenant, fields)
+    changes = assign_changes(tenant, fields, allowed=TENANT_FIELDS)
     if changes:
         _validated(tenant)
         tenant.save()

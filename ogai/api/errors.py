@@ -33,10 +33,18 @@ def _as_messages(value: Any) -> list[str]:
     return [str(value)]
 
 
-def _field_errors(detail: Any) -> dict[str, list[str]]:
-    if isinstance(detail, dict):
-        return {str(field): _as_messages(errors) for field, errors in detail.items()}
-    return {"non_field_errors": _as_messages(detail)}
+def _field_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """Nested serializers' errors are named by their path: {"resources.gpus": [...]}."""
+    if not isinstance(detail, dict):
+        return {prefix or "non_field_errors": _as_messages(detail)}
+    fields: dict[str, list[str]] = {}
+    for field, errors in detail.items():
+        name = f"{prefix}.{field}" if prefix else str(field)
+        if isinstance(errors, dict):
+            fields.update(_field_errors(errors, name))
+        else:
+            fields[name] = _as_messages(errors)
+    return fields
 
 
 def _validation_response(fields: dict[str, list[str]]) -> Response:

@@ -44,3 +44,25 @@ document.addEventListener("click", (event) => {
     if (!menu.contains(event.target)) menu.removeAttribute("open");
   });
 });
+
+// Log views (pre[data-follow]) stay at the bottom as new lines arrive, unless the reader has
+// scrolled up; a poll that replaces the log keeps the reader's place.
+const logScroll = new Map();
+const atBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 8;
+const followLogs = () => {
+  document.querySelectorAll("pre[data-follow]").forEach((log) => {
+    const kept = logScroll.get(log.id);
+    log.scrollTop = kept && !kept.bottom ? kept.top : log.scrollHeight;
+  });
+  logScroll.clear();
+};
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const target = event.detail.target;
+  // Only a poll keeps the place; picking another attempt or replica starts at the bottom.
+  if (!target || event.detail.requestConfig?.elt !== target) return;
+  target.querySelectorAll("pre[data-follow]").forEach((log) => {
+    logScroll.set(log.id, { bottom: atBottom(log), top: log.scrollTop });
+  });
+});
+document.addEventListener("htmx:afterSettle", followLogs);
+followLogs();

@@ -1,0 +1,193 @@
+import re
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from aistation.choices import QueuePolicy
+from aistation.models import Attempt, Job, JobEvent, Queue
+from aistation.services.jobs import MAX_TIME_LIMIT_S
+from infra_os.access import role_in
+from infra_os.api.serializers import CallerTenantField
+from infra_os.choices import WRITE_ROLES
+from infra_os.models.tenancy import slug_validator
+from podsys.selectors import cluster_list
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class StrictStringField(serializers.CharField):
+    """A string and nothing else: DRF's CharField would turn 5 into "5"."""
+
+    default_error_messages = {"not_a_string": "Give a string, not {kind}."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string", kind=type(data).__name__)
+        return super().to_internal_value(data)
+
+
+class RejectUnknownFields:
+    """A typo ("replica: 4", "gpu: 2") must not silently run something else."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: "Unknown field." for name in unknown})
+        return super().to_internal_value(data)
+
+
+class ResourcesSerializer(RejectUnknownFields, serializers.Serializer):
+    gpus = serializers.IntegerField(min_value=0, max_value=1024, default=0,
+                                    help_text="GPUs per replica.")
+    gpu_model = serializers.CharField(max_length=64, allow_blank=True, default="")
+    cpu = serializers.FloatField(min_value=0.01, max_value=4096, default=1.0,
+                                 help_text="CPU cores per replica.")
+    memory_mib = serializers.IntegerField(min_value=1, max_value=16 * 1024 * 1024, default=1024,
+                                          help_text="Memory per replica, MiB.")
+
+
+class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
+    tenant = CallerTenantField(required=False, help_text="Needed when you are in several.")
+    queue = serializers.CharField(max_length=63, default="default")
+    name = serializers.CharField(max_length=100)
+    command = serializers.ListField(
+        child=StrictStringField(allow_blank=True, trim_whitespace=False, max_length=10000),
+        min_length=1, max_length=1000, help_text="The program and its arguments, as a list.",
+    )
+    env = serializers.DictField(child=StrictStringField(allow_blank=True, trim_whitespace=False),
+                                default=dict)
+    image = serializers.CharField(max_length=500, allow_blank=True, default="")
+    resources = ResourcesSerializer(default=dict)
+    replicas = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    priority = serializers.IntegerField(min_value=-1000, max_value=1000, required=False,
+                                        allow_null=True, default=None)
+    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=0)
+    time_limit_s = serializers.IntegerField(min_value=1, max_value=MAX_TIME_LIMIT_S,
+                                            required=False, allow_null=True, default=None)
+
+    def validate_env(self, env: dict) -> dict:
+        bad = [name for name in env if not ENV_NAME.match(name)]
+        if bad:
+            raise serializers.ValidationError(f"Not an environment variable name: {bad[0]!r}.")
+        return env
+
+    def validate(self, attrs):
+        user = self.context["request"].user
+        tenant = attrs.get("tenant")
+        if tenant is None:
+            writable = [t for t in CallerTenantField().get_queryset_for(user)
+                        if user.is_staff or role_in(user, t) in WRITE_ROLES]
+            if len(writable) != 1:
+                raise serializers.ValidationError(
+                    {"tenant": "Name the tenant: you can submit to "
+                     f"{len(writable)} tenants."})
+            tenant = writable[0]
+        queue = Queue.objects.filter(tenant=tenant, name=attrs["queue"]).select_related(
+            "cluster").first()
+        if queue is None:
+            raise serializers.ValidationError(
+                {"queue": f"No queue {attrs['queue']!r} in tenant {tenant.name}."})
+        resources = attrs.pop("resources")
+        return {
+            **attrs, "tenant": tenant, "queue": queue,
+            "gpus_per_replica": resources["gpus"], "gpu_model": resources["gpu_model"],
+            "cpu_per_replica": resources["cpu"], "memory_mib_per_replica":
+            resources["memory_mib"],
+        }
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Attempt
+        fields = ["number", "workload_id", "state", "placement", "borrowed", "created_at",
+                  "started_at", "finished_at", "exit_code", "reason"]
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    attempt = serializers.IntegerField(source="attempt.number", allow_null=True, default=None)
+
+    class Meta:
+        model = JobEvent
+        fields = ["created_at", "from_state", "to_state", "reason", "attempt"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    resources = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "tenant", "queue", "cluster", "owner", "state", "reason", "position",
+            "priority", "image", "command", "env", "resources", "replicas", "max_restarts",
+            "time_limit_s", "restarts", "exit_code", "placement", "borrowed", "created_at",
+            "queued_at", "started_at", "finished_at", "rerun_of",
+        ]
+
+    @extend_schema_field(ResourcesSerializer)
+    def get_resources(self, job: Job) -> dict:
+        return {"gpus": job.gpus_per_replica, "gpu_model": job.gpu_model,
+                "cpu": job.cpu_per_replica, "memory_mib": job.memory_mib_per_replica}
+
+
+class JobDetailSerializer(JobSerializer):
+    attempts = AttemptSerializer(many=True, read_only=True)
+    events = JobEventSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "attempts", "events"]
+
+
+class JobLogsSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(allow_null=True)
+    replica = serializers.IntegerField()
+    text = serializers.CharField(allow_blank=True)
+
+
+class QueueSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    pending = serializers.IntegerField(read_only=True)
+    running = serializers.IntegerField(read_only=True)
+    gpus_in_use = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Queue
+        fields = ["id", "tenant", "name", "cluster", "description", "default_priority",
+                  "gpu_limit", "policy", "is_active", "pending", "running", "gpus_in_use",
+                  "created_at"]
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class CallerClusterField(serializers.SlugRelatedField):
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", **kwargs)
+
+    def get_queryset(self):
+        return cluster_list(user=self.context["request"].user)
+
+
+class QueueCreateSerializer(serializers.Serializer):
+    tenant = CallerTenantField()
+    name = serializers.CharField(max_length=63, validators=[slug_validator])
+    cluster = CallerClusterField()
+    description = serializers.CharField(max_length=200, allow_blank=True, default="")
+    default_priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
+    gpu_limit = serializers.IntegerField(min_value=0, required=False, allow_null=True,
+                                         default=None)
+    policy = serializers.ChoiceField(choices=QueuePolicy.choices, default=QueuePolicy.FAIR)
+
+
+class QueueUpdateSerializer(serializers.Serializer):
+    description = serializers.CharField(max_length=200, allow_blank=True, required=False)
+    default_priority = serializers.IntegerField(min_value=-1000, max_value=1000, required=False)
+    gpu_limit = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    policy = serializers.ChoiceField(choices=QueuePolicy.choices, required=False)
+    is_active = serializers.BooleanField(required=False)
+
+

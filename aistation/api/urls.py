@@ -1,0 +1,10 @@
+from rest_framework.routers import SimpleRouter
+
+from aistation.api import views
+
+router = SimpleRouter(trailing_slash=True)
+router.register("queues", views.QueueViewSet, basename="queue")
+router.register("jobs", views.JobViewSet, basename="job")
+
+app_name = "aistation-api"
+urlpatterns = router.urls

@@ -1,0 +1,33 @@
+import django_filters
+from django.db.models import Q
+
+from aistation.choices import JobState, QueuePolicy
+from aistation.models import Job, Queue
+
+
+class JobFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="search", label="Search")
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
+    tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
+    queue = django_filters.CharFilter(field_name="queue__name", label="Queue")
+    owner = django_filters.CharFilter(field_name="owner__username", label="Owner")
+
+    class Meta:
+        model = Job
+        fields = ["q", "state", "tenant", "queue", "owner"]
+
+    def search(self, queryset, name, value):
+        query = Q(name__icontains=value) | Q(reason__icontains=value)
+        if value.isdigit():
+            query |= Q(pk=int(value))
+        return queryset.filter(query)
+
+
+class QueueFilterSet(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
+    cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
+    policy = django_filters.ChoiceFilter(choices=QueuePolicy.choices)
+
+    class Meta:
+        model = Queue
+        fields = ["tenant", "cluster", "policy", "is_active"]

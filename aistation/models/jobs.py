@@ -1,0 +1,117 @@
+from django.conf import settings
+from django.db import models
+
+from aistation.choices import AttemptState, JobState
+from aistation.models.queues import Queue
+from infra_os.models import Tenant
+from ogai.models import TimeStampedModel
+from podsys.models import Cluster
+
+
+class Job(TimeStampedModel):
+    """A unit of work: a command run as `replicas` processes (a gang), started all at once or not
+    at all, retried up to `max_restarts` times. Every state change is a JobEvent."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="jobs")
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                              related_name="jobs")
+    name = models.CharField(max_length=100)
+    priority = models.IntegerField(default=0)
+
+    image = models.CharField(max_length=500, blank=True)
+    command = models.JSONField()
+    env = models.JSONField(default=dict, blank=True)
+    gpus_per_replica = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=64, blank=True)
+    cpu_per_replica = models.FloatField(default=1.0)
+    memory_mib_per_replica = models.PositiveIntegerField(default=1024)
+    replicas = models.PositiveIntegerField(default=1)
+    max_restarts = models.PositiveIntegerField(default=0)
+    time_limit_s = models.PositiveIntegerField(null=True, blank=True)
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED,
+                             db_index=True)
+    reason = models.TextField(blank=True)
+    position = models.PositiveIntegerField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True)
+    excluded_nodes = models.JSONField(default=list, blank=True)
+    attained_gpu_s = models.FloatField(default=0)
+    # The current attempt's nodes (one per replica) while admitted or running.
+    placement = models.JSONField(default=list, blank=True)
+    borrowed = models.BooleanField(default=False)
+    attempt_count = models.PositiveIntegerField(default=0)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="reruns")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["cluster", "state"]),
+            models.Index(fields=["tenant", "state"]),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(replicas__gte=1),
+                                   name="job_at_least_one_replica"),
+            models.CheckConstraint(condition=models.Q(cpu_per_replica__gt=0),
+                                   name="job_cpu_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name}"
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_replica * self.replicas
+
+
+class Attempt(models.Model):
+    """One start of a job on a cluster: its placement, its end and why it ended."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    workload_id = models.CharField(max_length=63, unique=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="attempts")
+    placement = models.JSONField(default=list)
+    borrowed = models.BooleanField(default=False)
+    state = models.CharField(max_length=16, choices=AttemptState.choices,
+                             default=AttemptState.LAUNCHING, db_index=True)
+    launched = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="attempt_unique_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.number}"
+
+
+class JobEvent(models.Model):
+    """One transition of a job, with a reason a person can read."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    attempt = models.ForeignKey(Attempt, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="events")
+    created_at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=JobState.choices)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.from_state or '-'} → {self.to_state}"

@@ -1,0 +1,842 @@
+"""One scheduling cycle: a snapshot in, decisions out. Pure: no Django, no I/O, no wall clock.
+
+The cycle, in order:
+
+1. Capacity: every node's totals minus the replicas of the running jobs placed on it. Only
+   schedulable nodes take new work; a job with a GPU model only goes on nodes of that model.
+2. Starving jobs first (see `policies` for the bound and why it is an age bound): by priority,
+   then by how long they have waited, they start if they can; in each queue the first one that
+   cannot gets the nodes that would hold it soonest reserved.
+3. Pass one, jobs within their quotas: queues interleave by priority and the tenants' shares
+   (`policies`); each job is admitted against its queue's limit (hard), its tenant's quota and
+   model limits, counting the starts made earlier in this cycle, then placed by best fit, all
+   replicas of a gang or none. A job that cannot be admitted or placed may preempt lower-priority
+   work of its own tenant, and a job within its quota that finds no room may reclaim other
+   tenants' borrowed work, in both cases only if that lets it start now. Jobs over their quota
+   wait for pass two.
+4. Pass two, borrowers: jobs over their tenant's quota (or a model limit) start on whatever is
+   still idle, marked borrowed, after every job within its quota had its chance.
+5. Every pending job not started gets a wait with the first constraint that binds, in words with
+   numbers, and its position in its queue (among the jobs still waiting there).
+
+Speed: every pending job is looked at a few times per cycle, so the per-job path is short and
+everything that depends only on a job's class (shape, tenant, queue, priority) or shape is worked
+out once per class or shape. Nodes sit in buckets by free GPUs (`placement`), so best fit is a
+short walk. What is known to fail stays known while capacity only shrinks and usage only grows:
+placements by shape, whole admission attempts by class (until anything starts, is preempted or
+reserved), preemption searches; they are forgotten when a preemption leaves more room or quota
+than there was. Sums of preemptible GPUs per priority reject most hopeless preemption searches
+before they start, and reasons about room are worded once per shape at the end.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from heapq import heapify, heappop, heappush
+from operator import itemgetter
+
+from . import reasons
+from .admission import Usage
+from .placement import Cluster, Picked, Shape
+from .policies import FAIR, FIFO, SortKey, order_pending, policy_of, share, waiting_since
+from .preemption import RunningJob, fewest_victims
+from .types import Decisions, JobSnap, Preempt, QueueSnap, Snapshot, Start, TenantSnap, Wait
+
+UNDECIDED, STARTED, WAITING, DEFERRED = 0, 1, 2, 3
+_NEVER_TRIED = -(2**62)  # below any priority
+OPEN, BLOCKED, DEFERRING = 0, 1, 2  # a fifo queue's state within a pass
+
+Allowed = frozenset[str] | None
+# A placement known to fail: the shape id, or (shape id, allowed models) when those are limited.
+CapKey = int | tuple[int, frozenset[str]]
+NO_SHAPE = -1
+
+
+def schedule(snapshot: Snapshot, *, starvation_s: float = 900.0) -> Decisions:
+    """Decide one cycle: which pending jobs start where, what is preempted, and why the rest
+    wait. `starvation_s` is the age after which a job that could start within its quotas goes
+    first and gets nodes reserved for it (see `aistation.scheduler.policies`)."""
+    return _Cycle(snapshot, starvation_s).run()
+
+
+class _Queue:
+    __slots__ = ("blocker", "fair", "fifo", "key", "limit", "policy", "position", "state")
+
+    def __init__(self, snap: QueueSnap) -> None:
+        self.key = snap.key
+        self.limit = snap.gpu_limit
+        self.policy = policy_of(snap)
+        self.fifo = self.policy == FIFO
+        self.fair = self.policy == FAIR
+        self.state = OPEN
+        self.blocker = ""  # the wait reason of the jobs behind a blocked fifo head
+        self.position = 0  # counts the queue's waiting jobs as the waits are written
+
+
+class _TenantRun:
+    """A tenant's pending jobs, all its queues merged in their policies' order."""
+
+    __slots__ = ("deferred", "name", "order")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.order: list[SortKey] = []
+        self.deferred: list[SortKey] = []
+
+
+def _started_at(running: RunningJob) -> float:
+    started = running.job.started_at
+    return started if started is not None else float("-inf")
+
+
+def _below(by_priority: dict[int, int] | None, priority: int) -> int:
+    """GPUs held at priorities strictly below `priority`."""
+    if not by_priority:
+        return 0
+    return sum(gpus for p, gpus in by_priority.items() if p < priority)
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, starvation_s: float) -> None:
+        self.now = snapshot.now
+        self.starvation_s = starvation_s
+        self.cluster = cluster = Cluster(snapshot.nodes)
+        self.usage = Usage()
+        pending = self.pending = snapshot.pending
+        # Pending jobs fall in a few classes (shape, tenant, queue, priority), and into fewer
+        # shapes: number both once, take whatever depends on them from the class, and key every
+        # cache by those numbers.
+        classes: dict[tuple[str, int, int, float, int, frozenset[str], str, str, int], int] = {}
+        self.class_of = class_of = [
+            classes.setdefault(
+                (
+                    job.gpu_model,
+                    job.gpus_per_replica,
+                    job.replicas,
+                    job.cpu_per_replica,
+                    job.memory_mib_per_replica,
+                    job.excluded_nodes,
+                    job.tenant,
+                    job.queue,
+                    job.priority,
+                ),
+                len(classes),
+            )
+            for job in pending
+        ]
+        self.tenants: dict[str, TenantSnap] = {t.name: t for t in snapshot.tenants}
+        for name in {key[6] for key in classes} | {job.tenant for job in snapshot.running}:
+            if name not in self.tenants:
+                self.tenants[name] = TenantSnap(name=name, gpu_quota=0)
+
+        # Running work: capacity, usage, and who could be preempted.
+        self.biggest_running = [0] * len(cluster.names)
+        self.by_tenant: dict[str, list[RunningJob]] = {}
+        self.borrowed_running: list[RunningJob] = []
+        # GPUs that preempting work below a priority could give back: priority -> GPUs, of each
+        # tenant's quota (non-borrowed work) and of each queue's limit.
+        self.quota_by_priority: dict[str, dict[int, int]] = {}
+        self.queue_by_priority: dict[str, dict[int, int]] = {}
+        self._account_running(snapshot.running)
+        cluster.build_index()
+        # Own work to preempt: lowest priority first, then the most recently started.
+        self.own_priorities: dict[str, list[int]] = {}
+        for tenant_name, own in self.by_tenant.items():
+            own.sort(key=lambda r: (r.job.priority, -_started_at(r)))
+            self.own_priorities[tenant_name] = [r.job.priority for r in own]
+        self.borrowed_running.sort(key=lambda r: -_started_at(r))
+
+        queues = {q.key: _Queue(q) for q in snapshot.queues}
+        for key in classes:
+            if key[7] not in queues:
+                queues[key[7]] = _Queue(QueueSnap(key=key[7], tenant=key[6]))
+        self.queues = queues
+        names = sorted({key[6] for key in classes})
+        rank = {name: r for r, name in enumerate(names)}
+        ids: dict[Shape, int] = {}
+        shape_of_class = [ids.setdefault(key[:6], len(ids)) for key in classes]
+        shape_list = self.shape_list = list(ids)
+        never_of_shape = [self._never(shape) for shape in shape_list]
+        queue_of_class = self.queue_of_class = [queues[key[7]] for key in classes]
+        self.need_of_class = [key[1] * key[2] for key in classes]
+        rank_of_class = [rank[key[6]] for key in classes]
+        never_of_class: list[str | None] = []
+        for key, shape, queue in zip(classes, shape_of_class, queue_of_class, strict=True):
+            text = never_of_shape[shape]
+            need = key[1] * key[2]
+            if text is None and queue.limit is not None and need > queue.limit:
+                text = reasons.over_queue_limit(need, queue.limit)
+            never_of_class.append(text)
+
+        shape_id = self.shape_id = [shape_of_class[c] for c in class_of]
+        self.shapes: list[Shape] = [shape_list[k] for k in shape_id]
+        self.need = [shape[1] * shape[2] for shape in self.shapes]
+        self.never_text = [never_of_class[c] for c in class_of]
+        self.queue_of = [queue_of_class[c] for c in class_of]
+
+        # Pending work, in order; tenants take turns by their shares as the passes go.
+        keys = order_pending(
+            pending,
+            class_of,
+            rank_of_class,
+            [-key[8] for key in classes],
+            [queue.fair for queue in queue_of_class],
+        )
+        self.runs: list[_TenantRun] = []
+        for r, name in enumerate(names):
+            run = _TenantRun(name)
+            run.order = keys[bisect_left(keys, (r,)) : bisect_left(keys, (r + 1,))]
+            self.runs.append(run)
+        self.run_by_name = {run.name: run for run in self.runs}
+
+        n = len(pending)
+        self.outcome = [UNDECIDED] * n
+        self.wait_text: list[str] = [""] * n
+        self.wait_cap = [NO_SHAPE] * n  # the shape id whose lack of room the wait is about
+        self.never_fits = [False] * n
+        self.starts: list[Start] = []
+        self.preemptions: list[Preempt] = []
+        self.reservations: list[tuple[int, list[int]]] = []
+        # What is known to fail: placements (by shape), and, per (tenant, shape), the highest
+        # priority for which placing, reclaiming and preempting all failed, and preemption
+        # searches that found nothing. They stay true while capacity only shrinks and usage only
+        # grows, so they are forgotten when a preemption leaves more room or quota than before.
+        self._capacity_texts: dict[int, str] = {}
+        self.version = 0  # counts starts, preemptions and reservations: changes of state
+        self._full: set[CapKey] = set()
+        self._hopeless: dict[tuple[str, int], int] = {}
+        self._no_victims: set[tuple[object, ...]] = set()
+
+    # -- setting up ---------------------------------------------------------------------------
+
+    def _account_running(self, jobs: Sequence[JobSnap]) -> None:
+        """Capacity, usage and the preemption candidates, from the running jobs (one loop: it
+        runs for every running job in every cycle)."""
+        cluster = self.cluster
+        index_of, node_model = cluster.index_of, cluster.node_model
+        free_gpus, free_cpu, free_mem = cluster.free_gpus, cluster.free_cpu, cluster.free_mem
+        biggest = self.biggest_running
+        usage = self.usage
+        running_gpus, queue_used = usage.running, usage.queue_used
+        quota_used, model_used = usage.quota_used, usage.model_used
+        by_queue_priority, by_quota_priority = self.queue_by_priority, self.quota_by_priority
+        by_tenant, borrowed_running = self.by_tenant, self.borrowed_running
+        limited = {name for name, tenant in self.tenants.items() if tenant.gpu_model_limits}
+        for job in jobs:
+            g, c, m = job.gpus_per_replica, job.cpu_per_replica, job.memory_mib_per_replica
+            nodes = tuple([index_of.get(name) for name in job.placement])
+            for node in nodes:
+                if node is not None:
+                    free_gpus[node] -= g
+                    free_cpu[node] -= c
+                    free_mem[node] -= m
+                    if g > biggest[node]:
+                        biggest[node] = g
+            tenant, queue, priority, gpus = job.tenant, job.queue, job.priority, job.gpus
+            running_gpus[tenant] = running_gpus.get(tenant, 0) + gpus
+            queue_used[queue] = queue_used.get(queue, 0) + gpus
+            by_priority = by_queue_priority.get(queue)
+            if by_priority is None:
+                by_priority = by_queue_priority[queue] = {}
+            by_priority[priority] = by_priority.get(priority, 0) + gpus
+            model_gpus: dict[str, int] = {}
+            if not job.borrowed:
+                quota_used[tenant] = quota_used.get(tenant, 0) + gpus
+                by_priority = by_quota_priority.get(tenant)
+                if by_priority is None:
+                    by_priority = by_quota_priority[tenant] = {}
+                by_priority[priority] = by_priority.get(priority, 0) + gpus
+                if tenant in limited:
+                    for node in nodes:
+                        model = job.gpu_model if node is None else node_model[node]
+                        if model:
+                            model_gpus[model] = model_gpus.get(model, 0) + g
+                    if not nodes and job.gpu_model:
+                        model_gpus[job.gpu_model] = gpus
+                    for model, count in model_gpus.items():
+                        model_used[(tenant, model)] = model_used.get((tenant, model), 0) + count
+            running = RunningJob(job, nodes, model_gpus)
+            own = by_tenant.get(tenant)
+            if own is None:
+                own = by_tenant[tenant] = []
+            own.append(running)
+            if job.borrowed:
+                borrowed_running.append(running)
+
+    def _count_preemptible(self, job: JobSnap, sign: int) -> None:
+        by_queue = self.queue_by_priority.setdefault(job.queue, {})
+        by_queue[job.priority] = by_queue.get(job.priority, 0) + sign * job.gpus
+        if not job.borrowed:
+            by_quota = self.quota_by_priority.setdefault(job.tenant, {})
+            by_quota[job.priority] = by_quota.get(job.priority, 0) + sign * job.gpus
+
+    def _never(self, shape: Shape) -> str | None:
+        """Why no state of the cluster could ever hold this job, or None."""
+        model, g, r = shape[0], shape[1], shape[2]
+        cluster = self.cluster
+        if r <= 0:
+            return reasons.no_replicas()
+        if g < 0 or shape[3] < 0 or shape[4] < 0:
+            return reasons.negative_request()
+        if model and model not in cluster.models:
+            return reasons.no_such_model(model)
+        largest = cluster.max_gpus(model)
+        if g > largest:
+            return reasons.replica_too_big(shape, largest)
+        room = cluster.slots_ever(shape)
+        if room == 0:
+            return reasons.replica_resources_too_big(shape)
+        if room < r:
+            return reasons.cluster_too_small(shape, cluster.total_gpus_of(model), room)
+        if shape[5] and cluster.slots_ever_without_excluded(shape) < r:
+            return reasons.only_excluded(sorted(shape[5]))
+        return None
+
+    # -- the cycle ----------------------------------------------------------------------------
+
+    def run(self) -> Decisions:
+        self._starving_first()
+        self._pass(1)
+        for queue in self.queues.values():
+            if queue.state == DEFERRING:
+                queue.state = OPEN
+        self._pass(2)
+        return Decisions(
+            starts=tuple(self.starts),
+            preemptions=tuple(self.preemptions),
+            waits=tuple(self._waits()),
+        )
+
+    def _share(self, tenant: str) -> float:
+        return share(self.usage.running.get(tenant, 0), self.tenants[tenant].gpu_quota)
+
+    def _pass(self, phase: int) -> None:
+        """Consider the jobs of every tenant (pass one: all; pass two: the deferred borrowers),
+        tenants interleaved by (priority, share, attained service, age) of their next job. A
+        tenant's share only changes when it starts something, so a tenant keeps the turn, at the
+        cost of two number comparisons per job, until its next job sorts after another's."""
+        runs = [run for run in self.runs if (run.order if phase == 1 else run.deferred)]
+        lists = [run.order if phase == 1 else run.deferred for run in runs]
+        heap = []
+        for t, jobs in enumerate(lists):
+            k = jobs[0]
+            heap.append((k[1], self._share(runs[t].name), k[2], k[3], k[4], t))
+        heapify(heap)
+        position = [0] * len(lists)
+        outcome, queue_of, never = self.outcome, self.queue_of, self.never_text
+        wait_text, wait_cap, now = self.wait_text, self.wait_cap, self.now
+        never_fits = self.never_fits
+        class_of, attempt = self.class_of, self._attempt
+        # What a job came to, by (shape, tenant, queue, priority): a job just like one before
+        # comes to the same while nothing has started, been preempted or reserved since (the
+        # state's version is unchanged): the long tail of a busy cycle costs a lookup a job.
+        known: dict[int, tuple[int, int, str, int]] = {}
+        while heap:
+            entry = heappop(heap)
+            t = entry[5]
+            run = runs[t]
+            own_share = self._share(run.name)
+            if own_share != entry[1]:  # changed while queued (its work was reclaimed): re-sort
+                heappush(heap, (entry[0], own_share, entry[2], entry[3], entry[4], t))
+                continue
+            jobs = lists[t]
+            p, end = position[t], len(jobs)
+            other = heap[0] if heap else None
+            other_priority = other[0] if other is not None else _NEVER_TRIED
+            while p < end:
+                k = jobs[p]
+                if other is not None and (
+                    k[1] > other_priority
+                    or (
+                        k[1] == other_priority
+                        and (
+                            own_share > other[1]
+                            or (own_share == other[1] and k[2:5] > other[2:5])
+                        )
+                    )
+                ):
+                    break
+                p += 1
+                i = k[5]
+                queue = queue_of[i]
+                decided = outcome[i]
+                if decided and decided != DEFERRED:  # among the starving jobs
+                    if decided == WAITING and queue.fifo and queue.state == OPEN:
+                        self._block(queue, k[4])
+                    continue
+                text = never[i]
+                if text is not None:
+                    outcome[i] = WAITING
+                    wait_text[i] = text
+                    never_fits[i] = True
+                    continue
+                if queue.state:  # a fifo queue behind its head
+                    if queue.state == DEFERRING:
+                        outcome[i] = DEFERRED
+                        run.deferred.append(k)
+                    else:
+                        outcome[i] = WAITING
+                        wait_text[i] = queue.blocker
+                    continue
+                if k[6] > now:
+                    outcome[i] = WAITING
+                    wait_text[i] = reasons.backoff(k[6], now)
+                    result = WAITING
+                else:
+                    alike = class_of[i]
+                    before = known.get(alike)
+                    if before is not None and before[0] == self.version:
+                        result = before[1]
+                        if result == WAITING:
+                            outcome[i] = WAITING
+                            wait_text[i] = before[2]
+                            wait_cap[i] = before[3]
+                    else:
+                        result = attempt(i, queue, phase)
+                        if result != STARTED:
+                            known[alike] = (self.version, result, wait_text[i], wait_cap[i])
+                if result == STARTED:
+                    own_share = self._share(run.name)
+                elif result == DEFERRED:
+                    outcome[i] = DEFERRED
+                    run.deferred.append(k)
+                    if queue.fifo:  # the rest of a fifo queue stays behind it
+                        queue.state = DEFERRING
+                elif queue.fifo:
+                    self._block(queue, k[4])
+            position[t] = p
+            if p < end:
+                k = jobs[p]
+                heappush(heap, (k[1], own_share, k[2], k[3], k[4], t))
+
+    def _block(self, queue: _Queue, blocker: int) -> None:
+        queue.state = BLOCKED
+        queue.blocker = reasons.behind(blocker)
+
+    def _over_quota(self, i: int, tenant: TenantSnap) -> bool:
+        need = self.need[i]
+        if self.usage.quota_used.get(tenant.name, 0) + need > tenant.gpu_quota:
+            return True
+        model = self.shapes[i][0]
+        return bool(
+            model
+            and tenant.gpu_model_limits
+            and self.usage.model_over(tenant, model, need) is not None
+        )
+
+    def _quota_reason(self, i: int, tenant: TenantSnap) -> str:
+        """Why the job is over its tenant's quota or model limit (it is)."""
+        need = self.need[i]
+        used = self.usage.quota_used.get(tenant.name, 0)
+        quota = tenant.gpu_quota
+        if used + need > quota:
+            if need > quota:
+                return reasons.over_quota(quota)
+            return reasons.quota_full(used, quota, need)
+        model = self.shapes[i][0]
+        over = self.usage.model_over(tenant, model, need)
+        assert over is not None
+        if need > over[1]:
+            return reasons.over_model_limit(model, over[1])
+        return reasons.model_full(model, over[0], over[1], need)
+
+    def _allowed_models(self, tenant: TenantSnap, need: int) -> tuple[Allowed, str]:
+        """For a job of any GPU model: the node models its tenant's model limits leave it."""
+        blocked = self.usage.blocked_models(tenant, need)
+        if not blocked:
+            return None, ""
+        return self.cluster.models - frozenset(blocked), reasons.model_limits_full(blocked)
+
+    def _attempt(self, i: int, queue: _Queue, phase: int) -> int:
+        """Admit and place job i: STARTED, DEFERRED (to the borrowers' pass) or WAITING (its
+        wait is recorded)."""
+        job = self.pending[i]
+        need = self.need[i]
+        tenant = self.tenants[job.tenant]
+        # A job of any model keeps off the models whose limits it would pass (it may borrow
+        # them in pass two); whatever it does below, preempting included.
+        allowed: Allowed = None
+        limits_text = ""
+        if tenant.gpu_model_limits and not job.gpu_model:
+            allowed, limits_text = self._allowed_models(tenant, need)
+        limit = queue.limit
+        if limit is not None:
+            used = self.usage.queue_used.get(queue.key, 0)
+            if used + need > limit:
+                if phase == 1 and self._preempt_own(i, queue, allowed):
+                    return STARTED
+                self._wait(i, reasons.queue_full(used, limit, need))
+                return WAITING
+        if self._over_quota(i, tenant):
+            if phase == 1:
+                return STARTED if self._preempt_own(i, queue, allowed) else DEFERRED
+            return self._borrow(i, tenant, "")
+        if allowed is None:
+            hopeless = (job.tenant, self.shape_id[i])
+            if self._hopeless.get(hopeless, _NEVER_TRIED) >= job.priority:
+                self._wait(i, "", cap=self.shape_id[i])
+                return WAITING
+        picked = self._place(i, allowed)
+        if picked is not None:
+            self._start(i, picked, borrowed=False)
+            return STARTED
+        if self._reclaim(i, allowed) or self._preempt_own(i, queue, allowed):
+            return STARTED
+        if allowed is not None:  # the limits kept it off nodes it could borrow
+            return DEFERRED if phase == 1 else self._borrow(i, tenant, limits_text)
+        self._hopeless[hopeless] = max(self._hopeless.get(hopeless, _NEVER_TRIED), job.priority)
+        self._wait(i, "", cap=self.shape_id[i])
+        return WAITING
+
+    def _borrow(self, i: int, tenant: TenantSnap, binding: str) -> int:
+        """Start job i on idle capacity above its quota or model limits; `binding` is why it
+        needs to ("" = its quota or model limit, worded only if it waits)."""
+        picked = self._place(i, None)
+        if picked is not None:
+            self._start(i, picked, borrowed=True)
+            return STARTED
+        self._wait(i, binding or self._quota_reason(i, tenant), cap=self.shape_id[i])
+        return WAITING
+
+    def _place(self, i: int, allowed: Allowed) -> Picked | None:
+        key: CapKey = self.shape_id[i] if allowed is None else (self.shape_id[i], allowed)
+        if key in self._full:
+            return None
+        picked = self.cluster.place(self.shapes[i], allowed)
+        if picked is None:
+            self._full.add(key)
+        return picked
+
+    def _start(
+        self,
+        i: int,
+        picked: Picked,
+        *,
+        borrowed: bool,
+        preempted: Sequence[int] = (),
+        waited: float | None = None,
+    ) -> None:
+        job = self.pending[i]
+        shape = self.shapes[i]
+        cluster = self.cluster
+        placement = cluster.commit(picked, shape)
+        tenant = self.tenants[job.tenant]
+        model_gpus: dict[str, int] = {}
+        if tenant.gpu_model_limits:
+            for node, count in picked:
+                model = cluster.node_model[node]
+                if model:
+                    model_gpus[model] = model_gpus.get(model, 0) + count * shape[1]
+        need = self.need[i]
+        usage = self.usage
+        usage.change(job.tenant, job.queue, need, borrowed, model_gpus, +1)
+        used = usage.quota_used.get(job.tenant, 0)
+        if borrowed:
+            reason = reasons.borrowed(used, tenant.gpu_quota, need)
+        else:
+            reason = reasons.admitted(used, tenant.gpu_quota)
+        if preempted:
+            reason = reasons.after_preempting(reason, preempted)
+        if waited is not None:
+            reason = reasons.after_waiting(reason, waited)
+        self.starts.append(Start(job.id, placement, borrowed, reason))
+        self.outcome[i] = STARTED
+        self.version += 1
+
+    def _wait(
+        self, i: int, text: str, *, cap: int = NO_SHAPE, never_fits: bool = False
+    ) -> None:
+        """Job i waits: `text` says why, or, with `cap`, says why before the lack of room for
+        that shape (worded at the end of the cycle, once per shape)."""
+        self.outcome[i] = WAITING
+        self.wait_text[i] = text
+        self.wait_cap[i] = cap
+        if never_fits:
+            self.never_fits[i] = True
+
+    # -- preemption ---------------------------------------------------------------------------
+
+    def _preempt_own(self, i: int, queue: _Queue, allowed: Allowed) -> bool:
+        """Preempt the tenant's own lower-priority work if, and only if, that starts job i now."""
+        job = self.pending[i]
+        own = self.by_tenant.get(job.tenant)
+        if not own or own[0].job.priority >= job.priority:
+            return False
+        tenant = self.tenants[job.tenant]
+        usage = self.usage
+        need = self.need[i]
+        need_quota = usage.quota_used.get(job.tenant, 0) + need - tenant.gpu_quota
+        if need_quota > 0 and _below(self.quota_by_priority.get(job.tenant), job.priority) < (
+            need_quota
+        ):
+            return False
+        limit = queue.limit
+        need_queue = usage.queue_used.get(queue.key, 0) + need - limit if limit is not None else 0
+        if need_queue > 0 and _below(self.queue_by_priority.get(queue.key), job.priority) < (
+            need_queue
+        ):
+            return False
+        shape = self.shapes[i]
+        memo = (job.tenant, queue.key, job.priority, self.shape_id[i], allowed)
+        if memo in self._no_victims:
+            return False
+        model = shape[0]
+        need_model = 0
+        if model and model in tenant.gpu_model_limits:
+            used_model = usage.model_used.get((job.tenant, model), 0)
+            need_model = used_model + need - tenant.gpu_model_limits[model]
+
+        def gains(running: RunningJob) -> tuple[int, int, int]:
+            victim = running.job
+            if victim.borrowed:
+                return (victim.gpus if victim.queue == job.queue else 0, 0, 0)
+            return (
+                victim.gpus if victim.queue == job.queue else 0,
+                victim.gpus,
+                running.model_gpus.get(model, 0),
+            )
+
+        below = bisect_left(self.own_priorities[job.tenant], job.priority)
+        victims = fewest_victims(
+            self.cluster,
+            shape,
+            allowed,
+            (need_queue, need_quota, need_model),
+            own[:below],
+            gains,
+        )
+        if victims is None:
+            self._no_victims.add(memo)
+            return False
+        self._preempt_and_start(i, allowed, victims, reasons.preempted_by(job.id, job.priority))
+        return True
+
+    def _reclaim(self, i: int, allowed: Allowed) -> bool:
+        """Take back other tenants' borrowed work if, and only if, that starts job i now."""
+        if not self.borrowed_running:
+            return False
+        job = self.pending[i]
+        shape = self.shapes[i]
+        memo = ("reclaim", job.tenant, self.shape_id[i], allowed)
+        if memo in self._no_victims:
+            return False
+        candidates = [r for r in self.borrowed_running if r.job.tenant != job.tenant]
+        victims = fewest_victims(self.cluster, shape, allowed, (0, 0, 0), candidates)
+        if victims is None:
+            self._no_victims.add(memo)
+            return False
+        self._preempt_and_start(i, allowed, victims, reasons.reclaimed(job.tenant, job.id))
+        return True
+
+    def _preempt_and_start(
+        self, i: int, allowed: Allowed, victims: list[RunningJob], reason: str
+    ) -> None:
+        """Preempt the victims and start job i in the room they leave. What is known to fail
+        stays known unless this left more room or quota somewhere than there was before."""
+        cluster, usage = self.cluster, self.usage
+        nodes = {n for v in victims for n in v.nodes if n is not None}
+        room = [(n, cluster.free_gpus[n], cluster.free_cpu[n], cluster.free_mem[n]) for n in nodes]
+        jobs = [v.job for v in victims] + [self.pending[i]]
+        tenants = {j.tenant for j in jobs}
+        quota = [(t, usage.quota_used.get(t, 0)) for t in tenants]
+        queue = [(q, usage.queue_used.get(q, 0)) for q in {j.queue for j in jobs}]
+        model = [(k, used) for k, used in usage.model_used.items() if k[0] in tenants]
+        for victim in victims:
+            self._preempt(victim, reason)
+        picked = cluster.place(self.shapes[i], allowed)
+        # The search counted exactly the room `place` walks, so this cannot miss.
+        assert picked is not None, f"job {self.pending[i].id} did not fit after preemption"
+        self._start(i, picked, borrowed=False, preempted=[v.job.id for v in victims])
+        if any(
+            cluster.free_gpus[n] > gpus or cluster.free_cpu[n] > cpu or cluster.free_mem[n] > mem
+            for n, gpus, cpu, mem in room
+        ):
+            self._full.clear()
+            self._hopeless.clear()
+            self._no_victims.clear()
+        elif (
+            any(usage.quota_used.get(t, 0) < used for t, used in quota)
+            or any(usage.queue_used.get(q, 0) < used for q, used in queue)
+            or any(usage.model_used.get(k, 0) < used for k, used in model)
+        ):
+            self._no_victims.clear()
+
+    def _preempt(self, running: RunningJob, reason: str) -> None:
+        running.preempted = True
+        job = running.job
+        self._count_preemptible(job, -1)
+        for node in running.nodes:
+            if node is not None:
+                self.cluster.release(
+                    node, job.gpus_per_replica, job.cpu_per_replica, job.memory_mib_per_replica
+                )
+        self.usage.change(job.tenant, job.queue, job.gpus, job.borrowed, running.model_gpus, -1)
+        self.preemptions.append(Preempt(job.id, reason))
+        self.version += 1
+
+    # -- starvation ---------------------------------------------------------------------------
+
+    def _starving_first(self) -> None:
+        """Starving jobs (see `policies`) go first, by priority then by how long they have
+        waited: each starts now if it can, and in each queue the first that cannot gets nodes
+        reserved (its queue's other starving jobs then wait for the passes)."""
+        threshold = self.now - self.starvation_s
+        never, queue_of = self.never_text, self.queue_of
+        # (since, -priority, id, index), from the sort keys.
+        starving = [
+            (k[3] if k[3] >= k[6] else k[6], k[1], k[4], k[5])
+            for run in self.runs
+            for k in run.order
+            if k[3] < threshold
+            and k[6] < threshold
+            and never[k[5]] is None
+            and not queue_of[k[5]].fifo
+        ]
+        # In a fifo queue, only its head may go first (a job that never fits aside).
+        fifo = {queue for queue in self.queue_of_class if queue.fifo}
+        heads: dict[_Queue, SortKey] = {}
+        for run in self.runs:
+            for k in run.order if len(heads) < len(fifo) else ():
+                queue = queue_of[k[5]]
+                if queue.fifo and queue not in heads and never[k[5]] is None:
+                    heads[queue] = k
+        for k in heads.values():
+            if k[3] < threshold and k[6] < threshold:
+                starving.append((k[3] if k[3] >= k[6] else k[6], k[1], k[4], k[5]))
+        if not starving:
+            return
+        starving.sort(key=itemgetter(2))  # (stable sorts: id, then age, then priority)
+        starving.sort(key=itemgetter(0))
+        starving.sort(key=itemgetter(1))
+        # A queue is settled once it has a reservation, or once its quota and limit leave room
+        # for none of its jobs (no start in this pass gives quota back).
+        smallest: dict[_Queue, int] = {}
+        for c, queue in enumerate(self.queue_of_class):
+            need = self.need_of_class[c]
+            if need < smallest.get(queue, need + 1):
+                smallest[queue] = need
+        open_queues = {queue_of[item[3]] for item in starving}
+        settled: set[_Queue] = set()
+        needs, pending, tenants = self.need, self.pending, self.tenants
+        quota_used, queue_used = self.usage.quota_used, self.usage.queue_used
+        for _, _, _, i in starving:
+            queue = queue_of[i]
+            if queue in settled:
+                continue
+            tenant = tenants[pending[i].tenant]
+            headroom = tenant.gpu_quota - quota_used.get(tenant.name, 0)
+            if queue.limit is not None:
+                headroom = min(headroom, queue.limit - queue_used.get(queue.key, 0))
+            if headroom < smallest[queue] or (
+                needs[i] <= headroom and self._start_or_reserve(i, queue)
+            ):
+                settled.add(queue)
+                if len(settled) == len(open_queues):
+                    return
+
+    def _start_or_reserve(self, i: int, queue: _Queue) -> bool:
+        """True when job i got nodes reserved (and waits); False when it started, or when the
+        normal passes should handle it (it is over a quota or limit)."""
+        job = self.pending[i]
+        tenant = self.tenants[job.tenant]
+        need = self.need[i]
+        limit = queue.limit
+        if limit is not None and self.usage.queue_used.get(queue.key, 0) + need > limit:
+            return False
+        if self._over_quota(i, tenant):
+            return False
+        allowed: Allowed = None
+        if tenant.gpu_model_limits and not job.gpu_model:
+            allowed = self._allowed_models(tenant, need)[0]
+        waited = self.now - waiting_since(job)
+        shape = self.shapes[i]
+        hopeless = (job.tenant, self.shape_id[i])
+        if allowed is not None or self._hopeless.get(hopeless, _NEVER_TRIED) < job.priority:
+            picked = self._place(i, allowed)
+            if picked is not None:
+                self._start(i, picked, borrowed=False, waited=waited)
+                return False
+            if self._reclaim(i, allowed) or self._preempt_own(i, queue, allowed):
+                return False
+            if allowed is None:
+                self._hopeless[hopeless] = job.priority
+        nodes = self.cluster.pick_reservation(shape, allowed, self.biggest_running)
+        if nodes is None:
+            return False
+        self.cluster.reserve(nodes, job.id)
+        self.reservations.append((job.id, nodes))
+        self.version += 1
+        names = [self.cluster.names[n] for n in nodes]
+        self._wait(i, reasons.reserved_for(names, job.id, waited, self.starvation_s))
+        return True
+
+    # -- waits --------------------------------------------------------------------------------
+
+    def _waits(self) -> list[Wait]:
+        waits: list[Wait] = []
+        append = waits.append
+        outcome, queue_of = self.outcome, self.queue_of
+        wait_text, wait_cap, never_fits = self.wait_text, self.wait_cap, self.never_fits
+        plain: list[str | None] = [None] * len(self.shape_list)  # "waiting: no room…", by shape
+        worded: dict[tuple[str, int], str] = {}  # a borrower's reason and no room, by both
+        for queue in self.queues.values():
+            queue.position = 0
+        for run in self.runs:
+            for k in run.order:
+                i = k[5]
+                if outcome[i] == STARTED:
+                    continue
+                queue = queue_of[i]
+                position = queue.position = queue.position + 1
+                cap = wait_cap[i]
+                if cap == NO_SHAPE:
+                    # "" is not reached: every path decides; say so if one did not.
+                    text = wait_text[i] or "waiting: not considered in this cycle"
+                elif not wait_text[i]:
+                    text = plain[cap] or ""
+                    if not text:
+                        text = plain[cap] = reasons.waiting(self._capacity_text(cap))
+                else:
+                    key = (wait_text[i], cap)
+                    text = worded.get(key, "")
+                    if not text:
+                        text = worded[key] = reasons.no_borrow(key[0], self._capacity_text(cap))
+                append(Wait(k[4], text, position, never_fits[i]))
+        return waits
+
+    def _capacity_text(self, shape_id: int) -> str:
+        """Why no room for this shape, in the cycle's final state (borrowers and jobs without
+        model limits see every node of their model, so no model filter applies here)."""
+        known = self._capacity_texts.get(shape_id)
+        if known is None:
+            known = self._word_capacity(self.shape_list[shape_id])
+            self._capacity_texts[shape_id] = known
+        return known
+
+    def _word_capacity(self, shape: Shape) -> str:
+        allowed = None
+        model, g, r, excluded = shape[0], shape[1], shape[2], shape[5]
+        cluster = self.cluster
+        if r == 1:
+            largest = cluster.largest_free(model, excluded, allowed)
+            if largest < g:
+                body = reasons.no_room_single(model, g, largest)
+            else:
+                body = reasons.no_room_resources(model, g, shape[3], shape[4])
+        else:
+            room = cluster.gpu_slots(model, g, excluded, allowed) if g > 0 else r
+            if room >= r:
+                body = reasons.no_room_resources(model, g, shape[3], shape[4])
+            elif 2 * g > cluster.max_gpus(model):
+                body = reasons.no_room_whole_nodes(r, g, room)
+            else:
+                body = reasons.no_room_gang(r, g, room)
+        for job_id, nodes in self.reservations:
+            if any(not model or cluster.node_model[n] == model for n in nodes):
+                body += reasons.reserved_elsewhere([cluster.names[n] for n in nodes], job_id)
+                break
+        return body
+
+
+__all__ = ["schedule"]

@@ -1,0 +1,202 @@
+"""The wording of every decision: one short sentence a person can read, with the numbers that
+bind. Waits start with "waiting: " (or "never fits: "), starts with "admitted: " or "borrowed: "."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .placement import Shape
+
+SHOWN_NODES = 4
+
+
+def num(value: float) -> str:
+    """12 for 12.0, 12.5 for 12.5: times and cores without noise."""
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.1f}"
+
+
+def node_list(names: Sequence[str]) -> str:
+    if len(names) <= SHOWN_NODES:
+        return ", ".join(names)
+    return ", ".join(names[:SHOWN_NODES]) + f", … ({len(names)} nodes)"
+
+
+def n_gpus(count: int, what: str = "") -> str:
+    """"1 GPU", "8 GPUs"; with `what`: "1 free GPU", "8 free GPUs"."""
+    what = f"{what} " if what else ""
+    return f"1 {what}GPU" if count == 1 else f"{count} {what}GPUs"
+
+
+def of_model(model: str) -> str:
+    return f"{model} " if model else ""
+
+
+# -- waits ------------------------------------------------------------------------------------
+
+
+def backoff(not_before: float, now: float) -> str:
+    # Relative: the snapshot's clock is epoch seconds in the platform, a count in the replay.
+    return f"waiting: retry backoff, {num(max(0.0, not_before - now))} s left"
+
+
+def behind(job_id: int) -> str:
+    return f"waiting: behind job {job_id} in a fifo queue"
+
+
+def queue_full(used: int, limit: int, need: int) -> str:
+    return f"waiting: queue limit {used}/{limit} GPUs in use, job needs {need}"
+
+
+def quota_full(used: int, quota: int, need: int) -> str:
+    return f"waiting: tenant quota {used}/{quota} GPUs in use, job needs {need}"
+
+
+def model_full(model: str, used: int, limit: int, need: int) -> str:
+    return f"waiting: GPU model {model} limit {used}/{limit} in use, job needs {need}"
+
+
+def model_limits_full(blocked: Sequence[str]) -> str:
+    return f"waiting: the tenant's GPU model limits are in use ({', '.join(sorted(blocked))})"
+
+
+def over_quota(quota: int) -> str:
+    return (
+        f"waiting: exceeds the tenant's quota of {quota} GPUs; "
+        "it can only run on borrowed capacity"
+    )
+
+
+def over_model_limit(model: str, limit: int) -> str:
+    return (
+        f"waiting: exceeds the tenant's {model} limit of {limit} GPUs; "
+        "it can only run on borrowed capacity"
+    )
+
+
+def no_borrow(binding: str, capacity: str) -> str:
+    """A job over its quota that found no idle capacity to borrow."""
+    return f"{binding}; no idle capacity to borrow: {capacity}"
+
+
+def no_room_single(model: str, gpus: int, largest: int) -> str:
+    return f"no {of_model(model)}node has {n_gpus(gpus, 'free')} (largest free: {largest})"
+
+
+def no_room_resources(model: str, gpus: int, cpu: float, mem: int) -> str:
+    return (
+        f"no {of_model(model)}node with {n_gpus(gpus, 'free')} also has {num(cpu)} free CPU cores "
+        f"and {mem} MiB of free memory"
+    )
+
+
+def no_room_whole_nodes(replicas: int, gpus: int, free_nodes: int) -> str:
+    return (
+        f"{replicas} replicas of {n_gpus(gpus)} need {replicas} free nodes ({free_nodes} free)"
+    )
+
+
+def no_room_gang(replicas: int, gpus: int, room: int) -> str:
+    return (
+        f"{replicas} replicas of {n_gpus(gpus)} must start together and the free GPUs hold "
+        f"{room} of them"
+    )
+
+
+def reserved_elsewhere(names: Sequence[str], job_id: int) -> str:
+    return f"; nodes {node_list(names)} are reserved for job {job_id}"
+
+
+def reserved_for(names: Sequence[str], job_id: int, waited: float, bound: float) -> str:
+    return (
+        f"waiting: nodes {node_list(names)} are reserved for job {job_id}, waiting for "
+        f"{num(waited)} s (over the {num(bound)} s starvation bound); nothing else starts "
+        "there while their running work drains"
+    )
+
+
+def waiting(body: str) -> str:
+    return f"waiting: {body}"
+
+
+# -- never fits -------------------------------------------------------------------------------
+
+
+def no_such_model(model: str) -> str:
+    return f"never fits: no node has GPU model {model}"
+
+
+def replica_too_big(shape: Shape, largest: int) -> str:
+    model, g = shape[0], shape[1]
+    return (
+        f"never fits: needs {n_gpus(g)} per replica, more than any {of_model(model)}node has "
+        f"({largest})"
+    )
+
+
+def replica_resources_too_big(shape: Shape) -> str:
+    g, c, m = shape[1], shape[3], shape[4]
+    return (
+        f"never fits: no node with {n_gpus(g)} has {num(c)} CPU cores and {m} MiB of memory "
+        "for one replica"
+    )
+
+
+def cluster_too_small(shape: Shape, total: int, room: int) -> str:
+    model, g, r = shape[0], shape[1], shape[2]
+    if g * r > total:
+        return (
+            f"never fits: needs {g * r} GPUs in total, more than the whole cluster has "
+            f"({total} {of_model(model)}GPUs)"
+        )
+    return f"never fits: {r} replicas of {n_gpus(g)}, and the whole cluster holds only {room}"
+
+
+def only_excluded(excluded: Sequence[str]) -> str:
+    return (
+        f"never fits: only nodes it failed on before ({node_list(sorted(excluded))}) could hold "
+        "it, and they stay excluded"
+    )
+
+
+def over_queue_limit(need: int, limit: int) -> str:
+    return f"never fits: needs {need} GPUs, more than its queue's limit of {limit}"
+
+
+def negative_request() -> str:
+    return "never fits: it asks for a negative amount of GPUs, CPU or memory"
+
+
+def no_replicas() -> str:
+    return "never fits: it has no replicas to place"
+
+
+# -- starts and preemptions --------------------------------------------------------------------
+
+
+def admitted(used: int, quota: int) -> str:
+    return f"admitted: tenant quota {used}/{quota} GPUs"
+
+
+def borrowed(used: int, quota: int, need: int) -> str:
+    return (
+        f"borrowed: over the tenant's quota or a GPU model limit (quota {used}/{quota} GPUs in "
+        f"use, job needs {need}), so it runs on idle capacity until its owner reclaims it"
+    )
+
+
+def after_preempting(reason: str, job_ids: Sequence[int]) -> str:
+    return f"{reason}, after preempting job {', '.join(str(i) for i in job_ids)}"
+
+
+def after_waiting(reason: str, waited: float) -> str:
+    return f"{reason}, after waiting {num(waited)} s (over the starvation bound)"
+
+
+def preempted_by(job_id: int, priority: int) -> str:
+    return f"preempted by job {job_id} (priority {priority})"
+
+
+def reclaimed(tenant: str, job_id: int) -> str:
+    return f"reclaimed: tenant {tenant} needs its quota back for job {job_id}"

@@ -1,0 +1,97 @@
+"""What the scheduler core takes and returns. Plain data: no ORM, no I/O, so the same core runs
+inside a scheduling cycle and inside the trace replay in bench/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class NodeSnap:
+    name: str
+    gpus: int  # installed GPUs
+    gpu_model: str = ""
+    cpu_cores: float = 0
+    memory_mib: int = 0
+    schedulable: bool = True  # ready, not cordoned, healthy
+
+
+@dataclass(frozen=True)
+class TenantSnap:
+    name: str
+    gpu_quota: int
+    # GPUs allowed per GPU model, within gpu_quota ({"H100": 8}).
+    gpu_model_limits: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueSnap:
+    key: str  # unique: "<tenant>/<queue>"
+    tenant: str
+    gpu_limit: int | None = None  # below the tenant's quota; None = the quota alone
+    policy: str = "fair"  # "fifo", "backfill" or the default duration-agnostic policy
+
+
+@dataclass(frozen=True)
+class JobSnap:
+    """A job, pending or running. `placement` (one node per replica) is set when running."""
+
+    id: int
+    tenant: str
+    queue: str  # QueueSnap.key
+    priority: int
+    submitted_at: float  # seconds, the snapshot's clock
+    gpus_per_replica: int
+    replicas: int = 1
+    cpu_per_replica: float = 1.0
+    memory_mib_per_replica: int = 1024
+    gpu_model: str = ""  # "" = any model
+    placement: tuple[str, ...] = ()
+    started_at: float | None = None
+    borrowed: bool = False  # running above its tenant's quota on idle capacity
+    attained_gpu_s: float = 0.0  # GPU-seconds of service received so far, all attempts
+    excluded_nodes: frozenset[str] = frozenset()  # nodes an earlier attempt failed on
+    not_before: float = 0.0  # retry backoff: not started before this time
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_replica * self.replicas
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    nodes: tuple[NodeSnap, ...]
+    tenants: tuple[TenantSnap, ...]
+    queues: tuple[QueueSnap, ...]
+    running: tuple[JobSnap, ...]
+    pending: tuple[JobSnap, ...]
+
+
+@dataclass(frozen=True)
+class Start:
+    job_id: int
+    placement: tuple[str, ...]  # node per replica
+    borrowed: bool = False
+    reason: str = ""  # e.g. "admitted: tenant quota 6/8 GPUs"
+
+
+@dataclass(frozen=True)
+class Preempt:
+    job_id: int
+    reason: str  # "preempted by job 42 (priority 10)", "reclaimed for tenant a's quota"
+
+
+@dataclass(frozen=True)
+class Wait:
+    job_id: int
+    reason: str  # always for people: "waiting: tenant quota 8/8 GPUs in use"
+    position: int  # 1-based position in its queue
+    never_fits: bool = False  # no cluster shape can ever hold it
+
+
+@dataclass(frozen=True)
+class Decisions:
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    waits: tuple[Wait, ...] = ()

@@ -1,0 +1,129 @@
+"""Submitting, cancelling and rerunning jobs."""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, Max, Sum
+from django.utils import timezone
+
+from aistation.choices import FINAL_STATES, JobState
+from aistation.models import Job, Queue
+from aistation.services.transitions import job_transition
+from aistation.triggers import request_cancel, request_cycle
+from infra_os.access import require_role
+from infra_os.choices import WRITE_ROLES
+from infra_os.models import Tenant
+from infra_os.services.audit import audit_record
+from podsys.models import Node
+
+MAX_TIME_LIMIT_S = 30 * 24 * 3600
+
+
+def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_mib: int,
+                replicas: int) -> None:
+    """Refuse at once what no node of the queue's cluster could ever hold, rather than let it
+    wait forever. One aggregate query: submissions must stay cheap."""
+    cluster = queue.cluster.name
+    nodes = Node.objects.filter(cluster=queue.cluster)
+    if gpus and gpu_model:
+        nodes = nodes.filter(gpu_model=gpu_model)
+    shape = nodes.aggregate(count=Count("pk"), largest=Max("gpus"), total=Sum("gpus"),
+                            cpu=Max("cpu_cores"), memory=Max("memory_mib"))
+    if not shape["count"]:
+        if gpus and gpu_model:
+            raise ValidationError({"resources.gpu_model": f"No node of cluster {cluster} has "
+                                   f"GPU model {gpu_model!r}."})
+        raise ValidationError({"queue": f"Cluster {cluster} of queue {queue.name} has no nodes."})
+    if gpus > shape["largest"]:
+        raise ValidationError({"resources.gpus": f"{gpus} GPUs per replica, but the largest "
+                               f"node of cluster {cluster} has {shape['largest']}."})
+    if gpus * replicas > shape["total"]:
+        raise ValidationError({"replicas": f"{replicas} replicas of {gpus} GPUs need "
+                               f"{gpus * replicas} GPUs; cluster {cluster} has "
+                               f"{shape['total']}."})
+    if cpu > shape["cpu"]:
+        raise ValidationError({"resources.cpu": f"{cpu:g} CPU cores per replica is more than "
+                               f"any node of cluster {cluster} has."})
+    if memory_mib > shape["memory"]:
+        raise ValidationError({"resources.memory_mib": f"{memory_mib} MiB per replica is more "
+                               f"than any node of cluster {cluster} has."})
+
+
+@transaction.atomic
+def job_submit(
+    *,
+    actor,
+    tenant: Tenant,
+    queue: Queue,
+    name: str,
+    command: list[str],
+    env: dict[str, str] | None = None,
+    image: str = "",
+    gpus_per_replica: int = 0,
+    gpu_model: str = "",
+    cpu_per_replica: float = 1.0,
+    memory_mib_per_replica: int = 1024,
+    replicas: int = 1,
+    priority: int | None = None,
+    max_restarts: int = 0,
+    time_limit_s: int | None = None,
+    rerun_of: Job | None = None,
+) -> Job:
+    require_role(actor, tenant, WRITE_ROLES)
+    if queue.tenant_id != tenant.pk or not queue.is_active:
+        raise ValidationError({"queue": f"No active queue {queue.name!r} in {tenant.name}."})
+    if not command or not all(isinstance(part, str) for part in command):
+        raise ValidationError({"command": "Give the command as a list of strings."})
+    if time_limit_s is not None and not 1 <= time_limit_s <= MAX_TIME_LIMIT_S:
+        raise ValidationError({"time_limit_s": "Use 1 second to 30 days."})
+    _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model, cpu=cpu_per_replica,
+                memory_mib=memory_mib_per_replica, replicas=replicas)
+    now = timezone.now()
+    job = Job(
+        tenant=tenant, queue=queue, cluster=queue.cluster, owner=actor, name=name,
+        priority=queue.default_priority if priority is None else priority, image=image,
+        command=list(command), env=dict(env or {}), gpus_per_replica=gpus_per_replica,
+        gpu_model=gpu_model if gpus_per_replica else "", cpu_per_replica=cpu_per_replica,
+        memory_mib_per_replica=memory_mib_per_replica, replicas=replicas,
+        max_restarts=max_restarts, time_limit_s=time_limit_s, queued_at=now,
+        rerun_of=rerun_of, state=JobState.QUEUED, reason="submitted; waiting for the scheduler",
+    )
+    # The foreign keys were resolved above and the database enforces the constraints:
+    # checking them again here would cost a query each on every submission.
+    job.full_clean(exclude=["tenant", "queue", "cluster", "owner", "rerun_of"],
+                   validate_constraints=False)
+    job.save()
+    job.events.create(from_state="", to_state=JobState.QUEUED, reason=job.reason)
+    audit_record(actor=actor, action="job.submit", obj=job, tenant=tenant,
+                 changes={"queue": queue.name, "gpus": job.gpus, "replicas": replicas})
+    request_cycle(job.cluster_id)
+    return job
+
+
+@transaction.atomic
+def job_cancel(*, actor, job: Job) -> Job:
+    require_role(actor, job.tenant, WRITE_ROLES)
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state in FINAL_STATES:
+        raise ValidationError({"state": f"Job {job.pk} already {job.state}; nothing to cancel."})
+    job.finished_at = timezone.now()
+    job.position = None
+    job_transition(job, JobState.CANCELLED, f"cancelled by {actor.get_username()}")
+    audit_record(actor=actor, action="job.cancel", obj=job, tenant=job.tenant)
+    # Its processes are stopped after commit; reconcile stops them if that message is lost.
+    request_cancel(job.pk)
+    return job
+
+
+@transaction.atomic
+def job_rerun(*, actor, job: Job) -> Job:
+    """Submit a finished job again, with the same spec, as a new job."""
+    if job.state not in FINAL_STATES:
+        raise ValidationError({"state": f"Job {job.pk} is {job.state}; rerun it once it ends."})
+    return job_submit(
+        actor=actor, tenant=job.tenant, queue=job.queue, name=job.name, command=job.command,
+        env=job.env, image=job.image, gpus_per_replica=job.gpus_per_replica,
+        gpu_model=job.gpu_model, cpu_per_replica=job.cpu_per_replica,
+        memory_mib_per_replica=job.memory_mib_per_replica, replicas=job.replicas,
+        priority=job.priority, max_restarts=job.max_restarts, time_limit_s=job.time_limit_s,
+        rerun_of=job,
+    )

@@ -1,0 +1,216 @@
+"""One scheduling cycle of a cluster: load a snapshot, let the pure core decide, apply the
+decisions in one transaction, then launch and stop workloads through the driver."""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from aistation.choices import ACTIVE_STATES, LIVE_ATTEMPT_STATES, AttemptState, JobState
+from aistation.models import Attempt, Job, JobEvent, Queue
+from aistation.scheduler import schedule
+from aistation.scheduler.types import (
+    Decisions,
+    JobSnap,
+    NodeSnap,
+    QueueSnap,
+    Snapshot,
+    TenantSnap,
+)
+from aistation.services.attempts import attempt_record_usage, attempts_launch, attempts_stop
+from infra_os.models import Quota
+from ogai.bulk import bulk_set
+from podsys.models import Cluster, Node
+
+
+@dataclass
+class CycleResult:
+    started: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    waiting: int = 0
+
+
+def _ts(moment: datetime | None) -> float:
+    return moment.timestamp() if moment else 0.0
+
+
+SNAPSHOT_FIELDS = (
+    "id", "queue_id", "state", "reason", "position", "priority", "queued_at", "created_at",
+    "gpus_per_replica", "replicas", "cpu_per_replica", "memory_mib_per_replica", "gpu_model",
+    "placement", "started_at", "borrowed", "attained_gpu_s", "excluded_nodes", "not_before",
+)
+
+
+def _job_snap(row: dict, tenant: str, queue: str) -> JobSnap:
+    return JobSnap(
+        id=row["id"], tenant=tenant, queue=queue, priority=row["priority"],
+        submitted_at=_ts(row["queued_at"] or row["created_at"]),
+        gpus_per_replica=row["gpus_per_replica"], replicas=row["replicas"],
+        cpu_per_replica=row["cpu_per_replica"],
+        memory_mib_per_replica=row["memory_mib_per_replica"], gpu_model=row["gpu_model"],
+        placement=tuple(row["placement"]),
+        started_at=_ts(row["started_at"]) if row["started_at"] else None,
+        borrowed=row["borrowed"], attained_gpu_s=row["attained_gpu_s"],
+        excluded_nodes=frozenset(row["excluded_nodes"]), not_before=_ts(row["not_before"]),
+    )
+
+
+def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, dict]]:
+    """The cluster as the core sees it, and each job's row (plain values: a cycle reads
+    thousands of jobs and writes few)."""
+    queues = {q.pk: q for q in Queue.objects.filter(cluster=cluster).select_related("tenant")}
+    tenant_ids = {q.tenant_id for q in queues.values()}
+    # Lock the quotas: cycles of other clusters serialise on the tenants they share.
+    quotas = {q.tenant_id: q for q in Quota.objects.select_for_update().filter(
+        tenant_id__in=tenant_ids).select_related("tenant").order_by("pk")}
+    elsewhere = dict(
+        Job.objects.filter(tenant_id__in=tenant_ids, state__in=ACTIVE_STATES, borrowed=False)
+        .exclude(cluster=cluster).values("tenant_id")
+        .annotate(held=Sum(F("gpus_per_replica") * F("replicas")))
+        .values_list("tenant_id", "held")
+    )
+    rows = list(Job.objects.filter(cluster=cluster, state__in=[JobState.QUEUED, *ACTIVE_STATES])
+                .values(*SNAPSHOT_FIELDS))
+    keys = {pk: (q.tenant.name, f"{q.tenant.name}/{q.name}") for pk, q in queues.items()}
+    running: list[JobSnap] = []
+    pending: list[JobSnap] = []
+    for row in rows:
+        tenant, queue = keys[row["queue_id"]]
+        (pending if row["state"] == JobState.QUEUED else running).append(
+            _job_snap(row, tenant, queue))
+    snapshot = Snapshot(
+        now=now.timestamp(),
+        nodes=tuple(
+            NodeSnap(name=n.name, gpus=n.gpus, gpu_model=n.gpu_model, cpu_cores=n.cpu_cores,
+                     memory_mib=n.memory_mib, schedulable=n.takes_work)
+            for n in Node.objects.filter(cluster=cluster)
+        ),
+        tenants=tuple(
+            TenantSnap(name=q.tenant.name, gpu_quota=max(0, q.gpus - elsewhere.get(t, 0)),
+                       gpu_model_limits=dict(q.gpu_model_limits))
+            for t, q in quotas.items()
+        ),
+        queues=tuple(
+            QueueSnap(key=f"{q.tenant.name}/{q.name}", tenant=q.tenant.name,
+                      gpu_limit=q.gpu_limit, policy=q.policy)
+            for q in queues.values()
+        ),
+        running=tuple(running),
+        pending=tuple(pending),
+    )
+    return snapshot, {row["id"]: row for row in rows}
+
+
+def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: datetime,
+           result: CycleResult) -> tuple[list[Attempt], list[Attempt]]:
+    decided = [start.job_id for start in decisions.starts]
+    decided += [preempt.job_id for preempt in decisions.preemptions]
+    decided += [wait.job_id for wait in decisions.waits if wait.never_fits]
+    jobs = Job.objects.select_related("tenant").in_bulk(decided)
+    events: list[JobEvent] = []
+    reasons: dict[int, str] = {}
+    positions: dict[int, int | None] = {}
+    failed: list[Job] = []
+    for wait in decisions.waits:
+        if wait.never_fits:
+            job = jobs[wait.job_id]
+            job.finished_at = now
+            events.append(_event(job, JobState.FAILED, f"can never run: {wait.reason}"))
+            failed.append(job)
+            result.failed.append(job.pk)
+            continue
+        # Only what changed is written: a long backlog costs nothing while it stands still.
+        row = rows[wait.job_id]
+        if row["reason"] != wait.reason:
+            reasons[wait.job_id] = wait.reason
+        if row["position"] != wait.position:
+            positions[wait.job_id] = wait.position
+    result.waiting = len(decisions.waits) - len(result.failed)
+    bulk_set(Job, "reason", reasons)
+    bulk_set(Job, "position", positions)
+    for job in failed:
+        job.position = None
+        job.save(update_fields=["state", "reason", "position", "finished_at", "updated_at"])
+
+    stopped = _apply_preemptions(decisions, jobs, now, events, result)
+
+    attempts = []
+    by_placement: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for start in decisions.starts:
+        job = jobs[start.job_id]
+        job.attempt_count += 1
+        attempts.append(Attempt(
+            job=job, number=job.attempt_count, workload_id=f"job-{job.pk}-a{job.attempt_count}",
+            cluster=cluster, placement=list(start.placement), borrowed=start.borrowed,
+        ))
+        by_placement[start.placement].append(job.pk)
+        result.started.append(job.pk)
+    Attempt.objects.bulk_create(attempts, batch_size=1000)
+    for attempt in attempts:
+        nodes = ", ".join(sorted(set(attempt.placement))) or "no node"
+        where = f"admitted on {nodes}" + (" (borrowed capacity)" if attempt.borrowed else "")
+        events.append(_event(attempt.job, JobState.ADMITTED, where, attempt))
+    started = Job.objects.filter(pk__in=result.started)
+    started.update(state=JobState.ADMITTED, reason="admitted; launching", position=None,
+                   borrowed=False, attempt_count=F("attempt_count") + 1, updated_at=now)
+    started.filter(pk__in=[a.job_id for a in attempts if a.borrowed]).update(borrowed=True)
+    # Jobs usually share a node, so one UPDATE per distinct placement stays short.
+    for placement, ids in by_placement.items():
+        Job.objects.filter(pk__in=ids).update(placement=list(placement))
+    JobEvent.objects.bulk_create(events, batch_size=1000)
+    return attempts, stopped
+
+
+def _event(job: Job, to_state: str, reason: str, attempt: Attempt | None = None) -> JobEvent:
+    event = JobEvent(job=job, attempt=attempt, from_state=job.state, to_state=to_state,
+                     reason=reason)
+    job.state, job.reason = to_state, reason
+    return event
+
+
+def _apply_preemptions(decisions: Decisions, jobs: dict[int, Job], now: datetime,
+                       events: list[JobEvent], result: CycleResult) -> list[Attempt]:
+    if not decisions.preemptions:
+        return []
+    reasons = {p.job_id: p.reason for p in decisions.preemptions}
+    stopped = list(Attempt.objects.select_related("job", "job__tenant").filter(
+        job_id__in=reasons, state__in=LIVE_ATTEMPT_STATES))
+    for attempt in stopped:
+        job = jobs[attempt.job_id]
+        attempt.job = job
+        attempt.state, attempt.finished_at = AttemptState.PREEMPTED, now
+        attempt.reason = reasons[job.pk]
+        attempt_record_usage(attempt, now)
+        if attempt.started_at:
+            job.attained_gpu_s += job.gpus * (now - attempt.started_at).total_seconds()
+        events.append(_event(job, JobState.PREEMPTED, reasons[job.pk], attempt))
+        events.append(_event(job, JobState.QUEUED, "back in its queue after preemption"))
+        job.placement, job.borrowed, job.updated_at = [], False, now
+        result.preempted.append(job.pk)
+    Attempt.objects.bulk_update(stopped, ["state", "finished_at", "reason"])
+    Job.objects.bulk_update([jobs[a.job_id] for a in stopped],
+                            ["state", "reason", "placement", "borrowed", "attained_gpu_s",
+                             "updated_at"])
+    return stopped
+
+
+def schedule_cluster(*, cluster_id: int) -> CycleResult:
+    """Run one cycle. Cycles of one cluster never overlap: the cluster row is locked."""
+    result = CycleResult()
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+        now = timezone.now()
+        snapshot, rows = load_snapshot(cluster, now)
+        if not snapshot.pending:
+            return result
+        decisions = schedule(snapshot, starvation_s=settings.OGAI_SCHEDULER_STARVATION_S)
+        attempts, stopped = _apply(decisions, rows, cluster, now, result)
+    # Stop the preempted first: the new work takes their place on the same GPUs.
+    attempts_stop(cluster, stopped)
+    attempts_launch(cluster, attempts)
+    return result

@@ -1,0 +1,39 @@
+"""Turning a job attempt into the driver's Workload."""
+
+from pathlib import Path
+
+from django.conf import settings
+
+from aistation.models import Attempt, Job
+from podsys.drivers.base import Resources, Workload
+
+
+def job_checkpoint_dir(job: Job) -> Path:
+    """Survives across attempts, so a restarted job resumes from its newest checkpoint."""
+    return Path(settings.DATA_DIR) / "jobs" / str(job.pk) / "checkpoints"
+
+
+def attempt_workload(attempt: Attempt) -> Workload:
+    job = attempt.job
+    checkpoint_dir = job_checkpoint_dir(job)
+    env = {
+        **job.env,
+        "OGAI_JOB_ID": str(job.pk),
+        "OGAI_ATTEMPT": str(attempt.number),
+        "OGAI_CHECKPOINT_DIR": str(checkpoint_dir),
+    }
+    return Workload(
+        id=attempt.workload_id,
+        command=tuple(job.command),
+        resources=Resources(
+            gpus=job.gpus_per_replica, cpu_cores=job.cpu_per_replica,
+            memory_mib=job.memory_mib_per_replica, gpu_model=job.gpu_model,
+        ),
+        replicas=job.replicas,
+        placement=tuple(attempt.placement),
+        env=env,
+        image=job.image,
+        checkpoint_dir=str(checkpoint_dir),
+        labels={"ogai.job": str(job.pk), "ogai.attempt": str(attempt.number),
+                "ogai.tenant": job.tenant.name},
+    )

@@ -1,0 +1,48 @@
+"""Thin tasks: load by id, call a service. All on the `cluster` queue."""
+
+from celery import shared_task
+
+from aistation.choices import LIVE_ATTEMPT_STATES, AttemptState, JobState
+from aistation.models import Attempt, Job
+from aistation.services.attempts import attempt_stop
+from aistation.services.reconcile import reconcile_cluster
+from aistation.services.scheduling import schedule_cluster
+from aistation.triggers import request_cycle
+from podsys.models import Cluster
+
+
+@shared_task(name="aistation.schedule_cycle", queue="cluster", time_limit=120,
+             soft_time_limit=100)
+def schedule_cycle(cluster_id: int | None = None) -> int:
+    """One cycle for a cluster, or for every cluster with queued jobs. Returns jobs started."""
+    if cluster_id is not None:
+        clusters = [cluster_id]
+    else:
+        clusters = list(Job.objects.filter(state=JobState.QUEUED)
+                        .values_list("cluster_id", flat=True).distinct())
+    return sum(len(schedule_cluster(cluster_id=pk).started) for pk in clusters)
+
+
+@shared_task(name="aistation.reconcile", queue="cluster", time_limit=300, soft_time_limit=280)
+def reconcile() -> int:
+    """Repair every cluster with live attempts; ask for a cycle where work ended."""
+    ended = 0
+    cluster_ids = Attempt.objects.filter(state__in=LIVE_ATTEMPT_STATES) \
+        .values_list("cluster_id", flat=True).distinct()
+    for cluster in Cluster.objects.filter(pk__in=list(cluster_ids)):
+        result = reconcile_cluster(cluster=cluster)
+        if result.ended or result.stopped:
+            ended += result.ended
+            request_cycle(cluster.pk)
+    return ended
+
+
+@shared_task(name="aistation.cancel_job", queue="cluster", time_limit=120, soft_time_limit=100)
+def cancel_job(job_id: int) -> int:
+    attempts = list(Attempt.objects.select_related("cluster", "job")
+                    .filter(job_id=job_id, state__in=LIVE_ATTEMPT_STATES))
+    for attempt in attempts:
+        attempt_stop(attempt, AttemptState.CANCELLED, "the job was cancelled")
+    if attempts:
+        request_cycle(attempts[0].cluster_id)
+    return len(attempts)

@@ -1,0 +1,300 @@
+"""A thin typed client of the OGAI REST API.
+
+    from ogai_client import OgaiClient
+
+    client = OgaiClient.from_config()          # OGAI_URL / OGAI_TOKEN, or `ogai login`'s file
+    job = client.submit_job({"name": "train", "command": ["python", "train.py"],
+                             "resources": {"gpus": 8, "memory": "64Gi"}})
+    client.wait_job(job.id)
+
+Every failure raises `OgaiError`: the API's error envelope `{"code", "message", "fields"}` with
+the HTTP status, or a readable one for a network failure (`code` "unreachable" or "timeout").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from typing import Any, TypeVar
+
+import httpx
+
+from ogai_client import __version__
+from ogai_client.config import load_config
+from ogai_client.models import Job, JobLogs, Page, Queue, Quota, User
+from ogai_client.spec import SpecError, normalize_spec
+
+T = TypeVar("T")
+
+INFRA = "/api/v1/infra-os"
+AISTATION = "/api/v1/aistation"
+PAGE_SIZE = 200  # the API caps a page at 500
+DEFAULT_TOKEN_NAME = "ogai client"
+
+
+class OgaiError(Exception):
+    """An error from the API (its envelope) or from the way to it.
+
+    `code`: the API's code ("invalid", "not_found", "not_authenticated", …) or the client's own
+    ("unreachable", "timeout", "bad_url", "bad_response", "not_logged_in"); `fields`: per-field
+    messages of a validation error, named by their path ("resources.gpus"); `status`: the HTTP
+    status, None when there was no answer.
+    """
+
+    def __init__(self, code: str, message: str, fields: dict[str, list[str]] | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fields = fields or {}
+        self.status = status
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"OgaiError(code={self.code!r}, message={self.message!r}, status={self.status!r})"
+
+
+def normalize_url(url: str) -> str:
+    url = (url or "").strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise OgaiError("bad_url", f"{url or 'the URL'!r} is not an OGAI URL; give it with "
+                        "http:// or https://, e.g. http://127.0.0.1:8000")
+    return url
+
+
+class OgaiClient:
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = normalize_url(url)
+        self.timeout = timeout
+        self._transport = transport
+        self._token: str | None = None
+        self._http = self._new_http()
+        self.token = token
+
+    @classmethod
+    def from_config(cls, *, timeout: float = 30.0) -> OgaiClient:
+        """A client for `OGAI_URL`/`OGAI_TOKEN`, or the URL and token `ogai login` stored."""
+        config = load_config()
+        if not config.url:
+            raise OgaiError("not_logged_in", "no OGAI URL: set OGAI_URL or run `ogai login "
+                            "--url URL`")
+        if not config.token:
+            raise OgaiError("not_logged_in", f"no API token for {config.url}: set OGAI_TOKEN "
+                            "or run `ogai login`")
+        return cls(config.url, config.token, timeout=timeout)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def token(self) -> str | None:
+        return self._token
+
+    @token.setter
+    def token(self, value: str | None) -> None:
+        self._token = value.strip() if value else None
+        if self._token:
+            self._http.headers["Authorization"] = f"Bearer {self._token}"
+        else:
+            self._http.headers.pop("Authorization", None)
+
+    def _new_http(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, timeout=self.timeout, transport=self._transport,
+            headers={"User-Agent": f"ogai-client/{__version__}", "Accept": "application/json"},
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> OgaiClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OgaiClient({self.url!r}, token={'set' if self._token else None})"
+
+    def _send(self, http: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = http.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise OgaiError("timeout", f"{self.url} did not answer within "
+                            f"{self.timeout:g} s; try again or check the server") from None
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise OgaiError("unreachable", f"cannot connect to {self.url} ({reason}); check "
+                            "the URL and that the server is running") from None
+        if response.status_code == 204:
+            return None
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if response.is_error:
+            if isinstance(data, dict) and "code" in data and "message" in data:
+                raise OgaiError(str(data["code"]), str(data["message"]),
+                                data.get("fields") or {}, response.status_code)
+            raise OgaiError(
+                f"http_{response.status_code}",
+                f"{method} {response.request.url} answered HTTP {response.status_code} "
+                f"{response.reason_phrase}; is {self.url} the OGAI URL?",
+                status=response.status_code,
+            )
+        if data is None:
+            raise OgaiError("bad_response", f"{response.request.url} did not answer JSON; is "
+                            f"{self.url} the OGAI URL?", status=response.status_code)
+        return data
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._send(self._http, method, path, **kwargs)
+
+    def _page(self, path: str, params: dict, build: Callable[[dict], T], *, limit: int,
+              offset: int) -> Page[T]:
+        data = self._request("GET", path, params={**params, "limit": limit, "offset": offset})
+        if isinstance(data, list):  # an unpaginated list
+            return Page(count=len(data), results=[build(item) for item in data])
+        return Page(count=data.get("count", 0), offset=offset,
+                    results=[build(item) for item in data.get("results") or []])
+
+    def _all(self, path: str, params: dict, build: Callable[[dict], T],
+             key: Callable[[T], Any] | None = None) -> list[T]:
+        """Every page, by offset. Rows created while paging shift later pages, so rows already
+        seen (by `key`) are skipped."""
+        results: list[T] = []
+        seen: set = set()
+        offset = 0
+        while True:
+            page = self._page(path, params, build, limit=PAGE_SIZE, offset=offset)
+            for item in page.results:
+                ident = key(item) if key else None
+                if ident is not None and ident in seen:
+                    continue
+                seen.add(ident)
+                results.append(item)
+            offset += len(page.results)
+            if not page.results or offset >= page.count:
+                return results
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def me(self) -> User:
+        return User.from_api(self._request("GET", f"{INFRA}/me/"))
+
+    def login(self, username: str, password: str, *, token_name: str | None = None,
+              expires_in_days: int | None = 90) -> str:
+        """Sign in with a password, create an API token, sign the session out again and return
+        the token (also set on this client). The token is shown this once; store it."""
+        with self._new_http() as session:
+            self._send(session, "POST", f"{INFRA}/auth/login/",
+                       json={"username": username, "password": password})
+            # Django's login() rotates the CSRF token and sets its cookie; the session is
+            # CSRF-protected, and over HTTPS Django also wants a same-origin Referer.
+            csrf = next((cookie.value for cookie in session.cookies.jar
+                         if "csrf" in cookie.name.lower()), None)
+            headers = {"Referer": f"{self.url}/"}
+            if csrf:
+                headers["X-CSRFToken"] = csrf
+            created = self._send(session, "POST", f"{INFRA}/api-tokens/", headers=headers,
+                                 json={"name": token_name or DEFAULT_TOKEN_NAME,
+                                       "expires_in_days": expires_in_days})
+            with suppress(OgaiError):  # the token exists; a session left behind only expires
+                self._send(session, "POST", f"{INFRA}/auth/logout/", headers=headers)
+        token = created.get("token") if isinstance(created, dict) else None
+        if not token:
+            raise OgaiError("bad_response", "the server created no token; is this OGAI?")
+        self.token = token
+        return token
+
+    def create_token(self, name: str, *, expires_in_days: int | None = 90) -> dict:
+        """A new API token of the caller: the answer's `token` is the secret, shown once."""
+        return self._request("POST", f"{INFRA}/api-tokens/",
+                             json={"name": name, "expires_in_days": expires_in_days})
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def submit_job(self, spec: dict) -> Job:
+        """Submit a job spec (see POST /api/v1/aistation/jobs/); `resources.memory` may be a
+        quantity such as "16Gi"."""
+        try:
+            spec = normalize_spec(spec)
+        except SpecError as exc:
+            raise OgaiError("invalid", str(exc)) from None
+        return Job.from_api(self._request("POST", f"{AISTATION}/jobs/", json=spec))
+
+    @staticmethod
+    def _job_filters(state: str | Iterable[str] | None, tenant: str | None, queue: str | None,
+                     owner: str | None, search: str | None) -> dict:
+        params: dict[str, Any] = {}
+        if state:
+            params["state"] = [state] if isinstance(state, str) else list(state)
+        for name, value in (("tenant", tenant), ("queue", queue), ("owner", owner),
+                            ("q", search)):
+            if value:
+                params[name] = value
+        return params
+
+    def job_page(self, state: str | Iterable[str] | None = None, *, tenant: str | None = None,
+                 queue: str | None = None, owner: str | None = None,
+                 search: str | None = None, limit: int = 50, offset: int = 0) -> Page[Job]:
+        """One page of jobs, newest first."""
+        params = self._job_filters(state, tenant, queue, owner, search)
+        return self._page(f"{AISTATION}/jobs/", params, Job.from_api, limit=limit,
+                          offset=offset)
+
+    def jobs(self, state: str | Iterable[str] | None = None, *, tenant: str | None = None,
+             queue: str | None = None, owner: str | None = None, search: str | None = None,
+             all_pages: bool = True) -> list[Job]:
+        """Jobs you can see, newest first: every page, or only the first (50) one."""
+        if not all_pages:
+            return self.job_page(state, tenant=tenant, queue=queue, owner=owner,
+                                 search=search).results
+        params = self._job_filters(state, tenant, queue, owner, search)
+        return self._all(f"{AISTATION}/jobs/", params, Job.from_api, key=lambda job: job.id)
+
+    def job(self, job_id: int) -> Job:
+        """The job with its attempts and its event history."""
+        return Job.from_api(self._request("GET", f"{AISTATION}/jobs/{int(job_id)}/"))
+
+    def cancel_job(self, job_id: int) -> Job:
+        return Job.from_api(self._request("POST", f"{AISTATION}/jobs/{int(job_id)}/cancel/"))
+
+    def rerun_job(self, job_id: int) -> Job:
+        """Submit a finished job again as a new job; returns the new one."""
+        return Job.from_api(self._request("POST", f"{AISTATION}/jobs/{int(job_id)}/rerun/"))
+
+    def job_logs(self, job_id: int, tail: int | None = None, attempt: int | None = None,
+                 replica: int | None = None) -> JobLogs:
+        """The last `tail` lines (server default 500, at most 10000) of one replica of one
+        attempt (default: the newest attempt, replica 0)."""
+        params = {name: value for name, value in
+                  (("tail", tail), ("attempt", attempt), ("replica", replica))
+                  if value is not None}
+        return JobLogs.from_api(self._request("GET", f"{AISTATION}/jobs/{int(job_id)}/logs/",
+                                              params=params))
+
+    def wait_job(self, job_id: int, *, poll_s: float = 2.0,
+                 timeout_s: float | None = None) -> Job:
+        """Poll until the job ends (succeeded, failed or cancelled) and return it."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            job = self.job(job_id)
+            if job.is_final:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise OgaiError("timeout", f"job {job_id} is still {job.state} after "
+                                f"{timeout_s:g} s")
+            time.sleep(poll_s)
+
+    # -- queues and quotas ------------------------------------------------------------------
+
+    def queues(self, *, tenant: str | None = None) -> list[Queue]:
+        params = {"tenant": tenant} if tenant else {}
+        return self._all(f"{AISTATION}/queues/", params, Queue.from_api, key=lambda q: q.id)
+
+    def quotas(self) -> list[Quota]:
+        return self._all(f"{INFRA}/quotas/", {}, Quota.from_api, key=lambda q: q.id)

@@ -1,0 +1,254 @@
+"""What the API answers, as small dataclasses.
+
+Each is built by `from_api(dict)`, which reads the fields it knows, tolerates missing ones and
+ignores new ones, so a newer server does not break an older client; `raw` keeps the whole answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+ACTIVE_STATES = frozenset({"admitted", "running"})
+
+T = TypeVar("T")
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Membership:
+    tenant: str
+    role: str
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    username: str
+    email: str = ""
+    first_name: str = ""
+    last_name: str = ""
+    is_platform_admin: bool = False
+    memberships: list[Membership] = field(default_factory=list)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> User:
+        return cls(
+            id=data.get("id", 0), username=data.get("username", ""),
+            email=data.get("email") or "", first_name=data.get("first_name") or "",
+            last_name=data.get("last_name") or "",
+            is_platform_admin=bool(data.get("is_platform_admin")),
+            memberships=[Membership(m.get("tenant", ""), m.get("role", ""))
+                         for m in data.get("memberships") or []],
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Resources:
+    gpus: int = 0
+    gpu_model: str = ""
+    cpu: float = 1.0
+    memory_mib: int = 1024
+
+    @classmethod
+    def from_api(cls, data: dict | None) -> Resources:
+        data = data or {}
+        return cls(gpus=data.get("gpus", 0), gpu_model=data.get("gpu_model") or "",
+                   cpu=data.get("cpu", 1.0), memory_mib=data.get("memory_mib", 1024))
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    state: str
+    workload_id: str = ""
+    placement: list[str] = field(default_factory=list)
+    borrowed: bool = False
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+    @classmethod
+    def from_api(cls, data: dict) -> Attempt:
+        return cls(
+            number=data.get("number", 0), state=data.get("state", ""),
+            workload_id=data.get("workload_id") or "", placement=list(data.get("placement") or []),
+            borrowed=bool(data.get("borrowed")), created_at=parse_time(data.get("created_at")),
+            started_at=parse_time(data.get("started_at")),
+            finished_at=parse_time(data.get("finished_at")), exit_code=data.get("exit_code"),
+            reason=data.get("reason") or "",
+        )
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    created_at: datetime | None
+    from_state: str
+    to_state: str
+    reason: str = ""
+    attempt: int | None = None
+
+    @classmethod
+    def from_api(cls, data: dict) -> JobEvent:
+        return cls(created_at=parse_time(data.get("created_at")),
+                   from_state=data.get("from_state") or "", to_state=data.get("to_state") or "",
+                   reason=data.get("reason") or "", attempt=data.get("attempt"))
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as listed; `attempts` and `events` are filled only by `OgaiClient.job(id)` and by
+    submit (the detail view)."""
+
+    id: int
+    name: str
+    state: str
+    tenant: str = ""
+    queue: str = ""
+    cluster: str = ""
+    owner: str = ""
+    reason: str = ""
+    position: int | None = None
+    priority: int = 0
+    image: str = ""
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+    replicas: int = 1
+    max_restarts: int = 0
+    time_limit_s: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    placement: list[str] = field(default_factory=list)
+    borrowed: bool = False
+    created_at: datetime | None = None
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    rerun_of: int | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    events: list[JobEvent] = field(default_factory=list)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole job (per replica times replicas)."""
+        return self.resources.gpus * self.replicas
+
+    @classmethod
+    def from_api(cls, data: dict) -> Job:
+        return cls(
+            id=data["id"], name=data.get("name", ""), state=data.get("state", ""),
+            tenant=data.get("tenant") or "", queue=data.get("queue") or "",
+            cluster=data.get("cluster") or "", owner=data.get("owner") or "",
+            reason=data.get("reason") or "", position=data.get("position"),
+            priority=data.get("priority", 0), image=data.get("image") or "",
+            command=list(data.get("command") or []), env=dict(data.get("env") or {}),
+            resources=Resources.from_api(data.get("resources")),
+            replicas=data.get("replicas", 1), max_restarts=data.get("max_restarts", 0),
+            time_limit_s=data.get("time_limit_s"), restarts=data.get("restarts", 0),
+            exit_code=data.get("exit_code"), placement=list(data.get("placement") or []),
+            borrowed=bool(data.get("borrowed")), created_at=parse_time(data.get("created_at")),
+            queued_at=parse_time(data.get("queued_at")),
+            started_at=parse_time(data.get("started_at")),
+            finished_at=parse_time(data.get("finished_at")), rerun_of=data.get("rerun_of"),
+            attempts=[Attempt.from_api(a) for a in data.get("attempts") or []],
+            events=[JobEvent.from_api(e) for e in data.get("events") or []],
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class JobLogs:
+    """The last lines of one replica of one attempt; `attempt` is None before the first."""
+
+    attempt: int | None
+    replica: int
+    text: str
+
+    @classmethod
+    def from_api(cls, data: dict) -> JobLogs:
+        return cls(attempt=data.get("attempt"), replica=data.get("replica", 0),
+                   text=data.get("text") or "")
+
+
+@dataclass(frozen=True)
+class Queue:
+    id: int
+    name: str
+    tenant: str
+    cluster: str
+    policy: str = ""
+    description: str = ""
+    default_priority: int = 0
+    gpu_limit: int | None = None
+    is_active: bool = True
+    pending: int = 0
+    running: int = 0
+    gpus_in_use: int = 0
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Queue:
+        return cls(
+            id=data.get("id", 0), name=data.get("name", ""), tenant=data.get("tenant") or "",
+            cluster=data.get("cluster") or "", policy=data.get("policy") or "",
+            description=data.get("description") or "",
+            default_priority=data.get("default_priority", 0), gpu_limit=data.get("gpu_limit"),
+            is_active=data.get("is_active", True), pending=data.get("pending") or 0,
+            running=data.get("running") or 0, gpus_in_use=data.get("gpus_in_use") or 0,
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Quota:
+    id: int
+    tenant: str
+    gpus: int = 0
+    cpu_cores: int = 0
+    memory_gib: int = 0
+    storage_gib: int = 0
+    gpu_model_limits: dict[str, int] = field(default_factory=dict)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Quota:
+        return cls(
+            id=data.get("id", 0), tenant=data.get("tenant") or "", gpus=data.get("gpus", 0),
+            cpu_cores=data.get("cpu_cores", 0), memory_gib=data.get("memory_gib", 0),
+            storage_gib=data.get("storage_gib", 0),
+            gpu_model_limits=dict(data.get("gpu_model_limits") or {}), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list: `count` is the total over every page."""
+
+    count: int
+    results: list[T]
+    offset: int = 0
+
+    @property
+    def has_more(self) -> bool:
+        return self.offset + len(self.results) < self.count

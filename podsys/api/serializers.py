@@ -1,0 +1,71 @@
+from rest_framework import serializers
+
+from infra_os.api.serializers import CallerTenantField
+from infra_os.models.tenancy import slug_validator
+from podsys.models import Cluster, Node
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node_count = serializers.IntegerField(read_only=True)
+    gpu_count = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "id",
+            "name",
+            "display_name",
+            "driver",
+            "tenant",
+            "is_active",
+            "node_count",
+            "gpu_count",
+            "last_synced_at",
+            "sync_error",
+            "created_at",
+        ]
+
+
+class ClusterCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=63, validators=[slug_validator])
+    display_name = serializers.CharField(max_length=200, allow_blank=True, default="")
+    driver = serializers.CharField(max_length=64)
+    options = serializers.DictField(default=dict)
+    tenant = CallerTenantField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Only this tenant may use it; empty: shared.",
+    )
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpus_allocated = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "gpus",
+            "gpus_allocated",
+            "gpu_model",
+            "gpu_memory_mib",
+            "cpu_cores",
+            "memory_mib",
+            "labels",
+            "health",
+            "health_reason",
+            "schedulable",
+            "last_seen_at",
+        ]
+
+    def get_gpus_allocated(self, node: Node) -> int:
+        return self.context.get("allocations", {}).get((node.cluster_id, node.name), 0)
+
+
+class NodeCordonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, allow_blank=True, default="")

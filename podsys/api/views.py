@@ -1,0 +1,76 @@
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+
+from infra_os.api.viewsets import ScopedViewSet
+from podsys import selectors
+from podsys.allocations import gpu_allocations
+from podsys.api import serializers as s
+from podsys.filtersets import ClusterFilterSet, NodeFilterSet
+from podsys.services.clusters import cluster_create, cluster_sync_nodes, node_set_schedulable
+
+
+class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    """Clusters you may run on: shared ones and your tenant's. Platform admins add them."""
+
+    selector = selectors.cluster_list
+    output_serializer_class = s.ClusterSerializer
+    input_serializer_classes = {"create": s.ClusterCreateSerializer}
+    filterset_class = ClusterFilterSet
+    lookup_field = "name"
+    lookup_value_regex = r"[a-z0-9-]+"
+    platform_admin_actions = ("create", "sync")
+
+    @extend_schema(request=s.ClusterCreateSerializer, responses={201: s.ClusterSerializer})
+    def create(self, request):
+        cluster = cluster_create(actor=request.user, **self.validated_input())
+        return self.respond(self.reload(cluster), http_status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=s.ClusterSerializer)
+    @action(detail=True, methods=["post"])
+    def sync(self, request, name=None):
+        cluster = self.get_object()
+        cluster_sync_nodes(cluster=cluster)
+        return self.respond(self.reload(cluster))
+
+
+class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    """Nodes with their GPUs, allocated and free. Platform admins cordon and uncordon them."""
+
+    selector = selectors.node_list
+    output_serializer_class = s.NodeSerializer
+    input_serializer_classes = {"cordon": s.NodeCordonSerializer}
+    filterset_class = NodeFilterSet
+    tenant_field = "cluster__tenant"
+    platform_admin_actions = ("cordon", "uncordon")
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        page = getattr(self, "_page_cluster_ids", None)
+        context["allocations"] = gpu_allocations(page) if page is not None else {}
+        return context
+
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        if page is not None:
+            self._page_cluster_ids = {node.cluster_id for node in page}
+        return page
+
+    def get_object(self):
+        node = super().get_object()
+        self._page_cluster_ids = {node.cluster_id}
+        return node
+
+    @extend_schema(request=s.NodeCordonSerializer, responses=s.NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def cordon(self, request, pk=None):
+        node = node_set_schedulable(
+            actor=request.user, node=self.get_object(), schedulable=False, **self.validated_input()
+        )
+        return self.respond(node)
+
+    @extend_schema(request=None, responses=s.NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request, pk=None):
+        node = node_set_schedulable(actor=request.user, node=self.get_object(), schedulable=True)
+        return self.respond(node)

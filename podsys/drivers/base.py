@@ -1,0 +1,145 @@
+"""The cluster driver contract: the one door to compute.
+
+Only the plain dataclasses below cross it, never ORM objects. A driver is configured per
+cluster (a dotted path, like Django's cache backends) and looked up by cluster name.
+
+Launch is idempotent: the workload id is the name/label on the cluster, and launching an id
+that exists returns the same handle without starting anything. A driver declares what it
+cannot do in `unsupported` ({feature: reason}); callers check before launching.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+# Features a caller may need; a driver lists the ones it lacks in `unsupported`.
+FEATURE_MULTI_NODE = "multi_node"
+FEATURE_IMAGES = "images"
+FEATURE_SERVICES = "services"
+FEATURE_GPU_MODEL = "gpu_model"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One machine as the driver sees it."""
+
+    name: str
+    gpus: int
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    cpu_cores: float = 0
+    memory_mib: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    ready: bool = True
+    schedulable: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one replica needs."""
+
+    gpus: int = 0
+    cpu_cores: float = 1.0
+    memory_mib: int = 1024
+    gpu_model: str = ""
+
+
+@dataclass(frozen=True)
+class Volume:
+    name: str
+    mount_path: str
+    host_path: str = ""
+    claim_name: str = ""
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What to run. `id` is the platform's workload id (one per job attempt), a DNS-1123 label
+    such as `job-42-a3`; `placement` is the node chosen for each replica, in replica order."""
+
+    id: str
+    command: tuple[str, ...]
+    resources: Resources
+    replicas: int = 1
+    placement: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    image: str = ""
+    run_dir: str = ""
+    checkpoint_dir: str = ""
+    ports: tuple[int, ...] = ()
+    volumes: tuple[Volume, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    service: bool = False
+
+
+class Phase(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    # The driver does not know the workload (never launched, or cleaned up).
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    index: int
+    phase: Phase
+    node: str = ""
+    exit_code: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """The whole workload: RUNNING while every replica runs, FAILED as soon as one fails (with
+    that replica's exit code and reason), SUCCEEDED when all succeeded. `node_lost` names a node
+    that disappeared under it, so the caller can avoid it on the next attempt."""
+
+    workload_id: str
+    phase: Phase
+    exit_code: int | None = None
+    reason: str = ""
+    replicas: tuple[ReplicaStatus, ...] = ()
+    node_lost: str = ""
+
+
+class DriverError(Exception):
+    """The cluster refused or failed; the message is for people."""
+
+
+class ClusterDriver(ABC):
+    unsupported: dict[str, str] = {}
+
+    def __init__(self, *, cluster: str, options: dict | None = None) -> None:
+        self.cluster = cluster
+        self.options = options or {}
+
+    @abstractmethod
+    def nodes(self) -> list[NodeInfo]: ...
+
+    @abstractmethod
+    def launch(self, workload: Workload) -> str:
+        """Start the workload (all replicas or none) and return its handle."""
+
+    @abstractmethod
+    def status(self, handles: list[str]) -> dict[str, WorkloadStatus]:
+        """The status of each handle; an unknown handle is Phase.MISSING, never an error."""
+
+    @abstractmethod
+    def cancel(self, handle: str) -> None:
+        """Stop every replica; cancelling a finished or unknown workload does nothing."""
+
+    @abstractmethod
+    def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str: ...
+
+    def endpoint(self, handle: str) -> str | None:
+        """Where a service workload answers (`http://host:port`), or None."""
+        return None
+
+    def supports(self, feature: str) -> bool:
+        return feature not in self.unsupported

@@ -1,0 +1,444 @@
+"""The `fake` driver: simulated GPU nodes in memory, for tests, demos and benchmarks.
+
+Each cluster name has one `FakeCluster` in this process (so every driver instance of a cluster
+sees the same nodes), with a clock the tests move (`advance`) and failures they inject (`crash`,
+`lose_node`). A workload runs from launch until `OGAI_FAKE_DURATION_S` (from its env, else the
+cluster's `default_duration_s`; none = until cancelled) has passed on that clock, then exits with
+`OGAI_FAKE_EXIT_CODE` (default 0). The fake refuses what a real cluster could not do (unknown,
+lost or cordoned nodes, more GPUs than free), so scheduler bugs fail loudly in tests.
+"""
+
+from __future__ import annotations
+
+import heapq
+import signal
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from podsys.drivers.base import (
+    ClusterDriver,
+    DriverError,
+    NodeInfo,
+    Phase,
+    ReplicaStatus,
+    Workload,
+    WorkloadStatus,
+)
+from podsys.drivers.common import (
+    check_workload_id,
+    exit_reason,
+    missing,
+    summarize,
+    tail_lines,
+)
+
+DURATION_ENV = "OGAI_FAKE_DURATION_S"
+EXIT_CODE_ENV = "OGAI_FAKE_EXIT_CODE"
+CANCEL_EXIT_CODE = -signal.SIGTERM
+SERVICE_PORT = 8000
+
+DEFAULTS: dict[str, Any] = {
+    "nodes": 4,
+    "gpus_per_node": 8,
+    "gpu_model": "H100",
+    "gpu_memory_mib": 81559,
+    "cpu_cores": 64,
+    "memory_mib": 524288,
+    "default_duration_s": None,
+}
+
+
+@dataclass
+class _Node:
+    name: str
+    gpus: int
+    gpu_model: str
+    gpu_memory_mib: int
+    cpu_cores: float
+    memory_mib: int
+    labels: dict[str, str] = field(default_factory=dict)
+    ready: bool = True
+    schedulable: bool = True
+    allocated: int = 0
+    # (workload id, replica index) of the replicas running here: what a lost node takes down.
+    running: set[tuple[str, int]] = field(default_factory=set)
+
+    def info(self) -> NodeInfo:
+        reason = "node lost" if not self.ready else "" if self.schedulable else "cordoned"
+        return NodeInfo(
+            name=self.name,
+            gpus=self.gpus,
+            gpu_model=self.gpu_model,
+            gpu_memory_mib=self.gpu_memory_mib,
+            cpu_cores=self.cpu_cores,
+            memory_mib=self.memory_mib,
+            labels=dict(self.labels),
+            ready=self.ready,
+            schedulable=self.schedulable,
+            reason=reason,
+        )
+
+
+@dataclass
+class _Replica:
+    index: int
+    node: str
+    gpus: int
+    ended_at: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return self.ended_at is None
+
+    def status(self) -> ReplicaStatus:
+        if self.running:
+            return ReplicaStatus(index=self.index, phase=Phase.RUNNING, node=self.node)
+        phase = Phase.SUCCEEDED if self.exit_code == 0 else Phase.FAILED
+        return ReplicaStatus(
+            index=self.index,
+            phase=phase,
+            node=self.node,
+            exit_code=self.exit_code,
+            reason=self.reason,
+        )
+
+
+@dataclass
+class _Workload:
+    spec: Workload
+    started_at: float
+    ends_at: float | None
+    exit_code: int
+    replicas: list[_Replica]
+    node_lost: str = ""
+
+
+def _duration(workload: Workload, default: float | None) -> float | None:
+    raw = workload.env.get(DURATION_ENV)
+    if raw is None:
+        return default
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise DriverError(f"{DURATION_ENV}={raw!r} is not a number of seconds") from None
+
+
+def _exit_code(workload: Workload) -> int:
+    raw = workload.env.get(EXIT_CODE_ENV, "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise DriverError(f"{EXIT_CODE_ENV}={raw!r} is not an integer") from None
+
+
+class FakeCluster:
+    """The simulated state of one cluster. Every public method takes the lock."""
+
+    def __init__(self, name: str, options: dict | None = None) -> None:
+        self.name = name
+        self.options = {**DEFAULTS, **(options or {})}
+        self.now = 0.0
+        self._lock = threading.RLock()
+        self._nodes: dict[str, _Node] = {}
+        self._workloads: dict[str, _Workload] = {}
+        # (ends_at, workload id) of workloads with a duration: the clock ends them in order
+        # without a scan over every workload.
+        self._endings: list[tuple[float, str]] = []
+        self.add_nodes(int(self.options["nodes"]))
+
+    # The clock -----------------------------------------------------------------------------
+
+    def advance(self, seconds: float) -> float:
+        """Move the clock forward; workloads whose time is up finish. Returns the new time."""
+        if seconds < 0:
+            raise ValueError("the fake clock only moves forward")
+        with self._lock:
+            self.now += seconds
+            self._settle()
+            return self.now
+
+    def _settle(self) -> None:
+        while self._endings and self._endings[0][0] <= self.now:
+            ends_at, workload_id = heapq.heappop(self._endings)
+            workload = self._workloads.get(workload_id)
+            if workload is None:
+                continue
+            for replica in workload.replicas:
+                if replica.running:
+                    self._end(workload_id, replica, ends_at, workload.exit_code)
+
+    def _end(
+        self, workload_id: str, replica: _Replica, at: float, code: int | None, reason: str = ""
+    ) -> None:
+        replica.ended_at = at
+        replica.exit_code = code
+        replica.reason = reason or ("" if code in (0, None) else exit_reason(code))
+        node = self._nodes.get(replica.node)
+        if node is not None and (workload_id, replica.index) in node.running:
+            node.running.discard((workload_id, replica.index))
+            node.allocated -= replica.gpus
+
+    # Nodes ---------------------------------------------------------------------------------
+
+    def add_nodes(
+        self,
+        count: int,
+        *,
+        gpus: int | None = None,
+        gpu_model: str | None = None,
+        gpu_memory_mib: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> list[str]:
+        """Add `count` ready nodes (named on from the last one); returns their names."""
+        with self._lock:
+            names = []
+            for _ in range(count):
+                name = f"fake-node-{len(self._nodes):03d}"
+                self._nodes[name] = _Node(
+                    name=name,
+                    gpus=int(self.options["gpus_per_node"] if gpus is None else gpus),
+                    gpu_model=str(self.options["gpu_model"] if gpu_model is None else gpu_model),
+                    gpu_memory_mib=int(gpu_memory_mib or self.options["gpu_memory_mib"]),
+                    cpu_cores=float(self.options["cpu_cores"]),
+                    memory_mib=int(self.options["memory_mib"]),
+                    labels=dict(labels or {}),
+                )
+                names.append(name)
+            return names
+
+    def node_infos(self) -> list[NodeInfo]:
+        with self._lock:
+            return [node.info() for node in self._nodes.values()]
+
+    def _node(self, name: str) -> _Node:
+        node = self._nodes.get(name)
+        if node is None:
+            raise DriverError(f"fake cluster {self.name} has no node {name!r}")
+        return node
+
+    def allocated_gpus(self, node: str) -> int:
+        """GPUs held on `node` by replicas still running."""
+        with self._lock:
+            self._settle()
+            return self._node(node).allocated
+
+    def free_gpus(self, node: str) -> int:
+        with self._lock:
+            self._settle()
+            found = self._node(node)
+            return found.gpus - found.allocated if found.ready else 0
+
+    def cordon(self, name: str) -> None:
+        """No new work on the node; what runs there goes on."""
+        with self._lock:
+            self._node(name).schedulable = False
+
+    def uncordon(self, name: str) -> None:
+        with self._lock:
+            self._node(name).schedulable = True
+
+    def lose_node(self, name: str) -> None:
+        """The node disappears: it turns not ready and every replica on it fails."""
+        with self._lock:
+            self._settle()
+            node = self._node(name)
+            node.ready = False
+            for workload_id, index in sorted(node.running):
+                workload = self._workloads[workload_id]
+                workload.node_lost = workload.node_lost or name
+                self._end(
+                    workload_id, workload.replicas[index], self.now, None, f"node {name} lost"
+                )
+
+    def restore_node(self, name: str) -> None:
+        """The node comes back, empty."""
+        with self._lock:
+            self._node(name).ready = True
+
+    # Failures ------------------------------------------------------------------------------
+
+    def crash(
+        self, workload_id: str, replica: int = 0, exit_code: int = 1, reason: str = ""
+    ) -> None:
+        """Replica `replica` exits now with `exit_code` (reason: "exit code N" unless given).
+        A replica that already ended stays as it ended."""
+        with self._lock:
+            self._settle()
+            workload = self._workload(workload_id)
+            if not 0 <= replica < len(workload.replicas):
+                raise DriverError(f"workload {workload_id} has no replica {replica}")
+            target = workload.replicas[replica]
+            if target.running:
+                self._end(workload_id, target, self.now, exit_code, reason)
+
+    def append_log(self, workload_id: str, line: str, replica: int = 0) -> None:
+        """Add a line to a replica's log, as if the workload printed it."""
+        with self._lock:
+            self._workload(workload_id).replicas[replica].log.append(line)
+
+    def _workload(self, workload_id: str) -> _Workload:
+        workload = self._workloads.get(workload_id)
+        if workload is None:
+            raise DriverError(f"no workload {workload_id!r} on fake cluster {self.name}")
+        return workload
+
+    # The driver's operations ---------------------------------------------------------------
+
+    def launch(self, workload: Workload) -> str:
+        check_workload_id(workload.id)
+        with self._lock:
+            if workload.id in self._workloads:
+                return workload.id
+            self._settle()
+            self._check_launch(workload)
+            duration = _duration(workload, self.options["default_duration_s"])
+            exit_code = _exit_code(workload)
+            gpus = workload.resources.gpus
+            replicas = [_Replica(i, node, gpus) for i, node in enumerate(workload.placement)]
+            ends_at = None if duration is None else self.now + duration
+            self._workloads[workload.id] = _Workload(
+                workload, self.now, ends_at, exit_code, replicas
+            )
+            for replica in replicas:
+                node = self._nodes[replica.node]
+                node.allocated += gpus
+                node.running.add((workload.id, replica.index))
+            if ends_at is not None:
+                heapq.heappush(self._endings, (ends_at, workload.id))
+            return workload.id
+
+    def _check_launch(self, workload: Workload) -> None:
+        if workload.replicas < 1 or not workload.command:
+            raise DriverError(f"workload {workload.id} needs a command and at least one replica")
+        if len(workload.placement) != workload.replicas:
+            raise DriverError(
+                f"workload {workload.id} has {workload.replicas} replicas but "
+                f"{len(workload.placement)} placements: one node per replica is required"
+            )
+        wanted = workload.resources.gpu_model
+        for name, count in Counter(workload.placement).items():
+            node = self._node(name)
+            if not node.ready:
+                raise DriverError(f"node {name} is not ready")
+            if not node.schedulable:
+                raise DriverError(f"node {name} is cordoned")
+            if wanted and wanted != node.gpu_model:
+                raise DriverError(f"node {name} has {node.gpu_model} GPUs, not {wanted}")
+            needed = count * workload.resources.gpus
+            free = node.gpus - node.allocated
+            if needed > free:
+                raise DriverError(
+                    f"workload {workload.id} needs {needed} GPUs on {name}; "
+                    f"{free} of {node.gpus} are free"
+                )
+
+    def status(self, workload_id: str) -> WorkloadStatus:
+        with self._lock:
+            self._settle()
+            workload = self._workloads.get(workload_id)
+            if workload is None:
+                return missing(workload_id)
+            replicas = [replica.status() for replica in workload.replicas]
+            failed_at = {
+                r.index: r.ended_at
+                for r in workload.replicas
+                if r.ended_at is not None and r.exit_code != 0
+            }
+            return summarize(
+                workload_id, replicas, failed_at=failed_at, node_lost=workload.node_lost
+            )
+
+    def cancel(self, workload_id: str) -> None:
+        with self._lock:
+            self._settle()
+            workload = self._workloads.get(workload_id)
+            if workload is None:
+                return
+            for replica in workload.replicas:
+                if replica.running:
+                    self._end(workload_id, replica, self.now, CANCEL_EXIT_CODE, "cancelled")
+
+    def logs(self, workload_id: str, replica: int) -> list[str]:
+        with self._lock:
+            self._settle()
+            workload = self._workload(workload_id)
+            if not 0 <= replica < len(workload.replicas):
+                raise DriverError(f"workload {workload_id} has no replica {replica}")
+            found = workload.replicas[replica]
+            lines = [f"replica {replica} started on {found.node} at t={workload.started_at:.1f}"]
+            lines.extend(found.log)
+            if not found.running:
+                how = (
+                    f"exited with code {found.exit_code}" if found.exit_code == 0 else found.reason
+                )
+                lines.append(f"replica {replica} ended at t={found.ended_at:.1f}: {how}")
+            return lines
+
+    def endpoint(self, workload_id: str) -> str | None:
+        with self._lock:
+            workload = self._workloads.get(workload_id)
+            if workload is None or not workload.spec.service:
+                return None
+            port = workload.spec.ports[0] if workload.spec.ports else SERVICE_PORT
+            return f"http://{workload.replicas[0].node}:{port}"
+
+
+_clusters: dict[str, FakeCluster] = {}
+_clusters_lock = threading.Lock()
+
+
+def fake_cluster(name: str, options: dict | None = None) -> FakeCluster:
+    """The fake cluster of this name, created with `options` if it does not exist yet (options
+    of a cluster that exists are ignored: the first creator sets its shape)."""
+    with _clusters_lock:
+        cluster = _clusters.get(name)
+        if cluster is None:
+            cluster = _clusters[name] = FakeCluster(name, options)
+        return cluster
+
+
+def reset_fake_clusters() -> None:
+    """Forget every fake cluster (for tests)."""
+    with _clusters_lock:
+        _clusters.clear()
+
+
+class FakeDriver(ClusterDriver):
+    """Options (used when the cluster is first created): `nodes`, `gpus_per_node`, `gpu_model`,
+    `gpu_memory_mib`, `cpu_cores`, `memory_mib`, `default_duration_s`."""
+
+    unsupported: dict[str, str] = {}
+
+    def __init__(self, *, cluster: str, options: dict | None = None) -> None:
+        super().__init__(cluster=cluster, options=options)
+        fake_cluster(cluster, self.options)  # created now, so its options apply from the start
+
+    @property
+    def fake(self) -> FakeCluster:
+        # Looked up on each call, so reset_fake_clusters() also resets cached driver instances.
+        return fake_cluster(self.cluster, self.options)
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.fake.node_infos()
+
+    def launch(self, workload: Workload) -> str:
+        return self.fake.launch(workload)
+
+    def status(self, handles: list[str]) -> dict[str, WorkloadStatus]:
+        fake = self.fake
+        return {handle: fake.status(handle) for handle in handles}
+
+    def cancel(self, handle: str) -> None:
+        self.fake.cancel(handle)
+
+    def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str:
+        lines = self.fake.logs(handle, replica)
+        return tail_lines("".join(f"{line}\n" for line in lines), tail)
+
+    def endpoint(self, handle: str) -> str | None:
+        return self.fake.endpoint(handle)

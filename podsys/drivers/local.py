@@ -1,0 +1,595 @@
+"""The `local` driver: every replica is a real process on this machine.
+
+Nothing lives in memory that matters: each workload has a folder `<root>/workloads/<id>/` with
+`workload.json` (spec, pids, GPUs, master port), `replica-<i>.log` and `replica-<i>.exit`, so a
+fresh driver instance (a restarted Celery worker) sees, reads and cancels what another launched.
+Each replica runs under `local_supervisor`, the leader of its own process group, which records
+the exit code even when the launching process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import signal
+import site
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from django.conf import settings
+
+from podsys.drivers import processes
+from podsys.drivers.base import (
+    FEATURE_IMAGES,
+    FEATURE_MULTI_NODE,
+    ClusterDriver,
+    DriverError,
+    NodeInfo,
+    Phase,
+    ReplicaStatus,
+    Workload,
+    WorkloadStatus,
+)
+from podsys.drivers.common import (
+    check_workload_id,
+    finished_replica,
+    is_valid_workload_id,
+    missing,
+    summarize,
+    tail_lines,
+)
+from podsys.drivers.local_supervisor import write_exit_code
+
+SUPERVISOR = "podsys.drivers.local_supervisor"
+STATE_FILE = "workload.json"
+CANCELLED_FILE = "cancelled"
+HOLDERS_FILE = "gpus.json"
+LOCK_FILE = "gpus.lock"
+VANISHED = "the process vanished without an exit code"
+# How long cancel waits for processes to go after SIGKILL before it gives up.
+KILL_WAIT_S = 5.0
+POLL_S = 0.05
+INVENTORY_TTL_S = 30.0
+
+# What a replica inherits from the driver's environment: enough to find programs, libraries and
+# caches, and none of the platform's own secrets (DATABASE_URL, SECRET_KEY, tokens).
+# fmt: off
+BASE_ENV_NAMES = frozenset((
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+    "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH",
+    "CUDA_HOME", "CUDA_PATH", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+))
+# fmt: on
+BASE_ENV_PREFIXES = ("LC_",)
+
+
+class GpuInventory(NamedTuple):
+    devices: int
+    model: str = ""
+    memory_mib: int = 0
+
+
+def read_gpus() -> GpuInventory:
+    """The GPUs NVML sees; none when nvidia-ml-py is not installed or NVML fails (no driver,
+    no device, no permission): a machine without GPUs is a normal machine here."""
+    try:
+        import pynvml  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return GpuInventory(0)
+    try:
+        pynvml.nvmlInit()
+    except (pynvml.NVMLError, OSError):
+        return GpuInventory(0)
+    try:
+        count = int(pynvml.nvmlDeviceGetCount())
+        if count == 0:
+            return GpuInventory(0)
+        first = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(first)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(first).total
+    except (pynvml.NVMLError, OSError):
+        return GpuInventory(0)
+    finally:
+        with contextlib.suppress(pynvml.NVMLError, OSError):
+            pynvml.nvmlShutdown()
+    if isinstance(name, bytes):
+        name = name.decode(errors="replace")
+    return GpuInventory(count, str(name), int(memory) // (1024 * 1024))
+
+
+def memory_mib() -> int:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write then rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_tail(path: Path, tail: int | None, block: int = 65536) -> str:
+    """The last `tail` lines of a file (all when None), reading backwards from its end so a
+    huge log costs only what is shown."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return ""
+    with handle:
+        data = handle.read() if tail is None else _read_back(handle, tail, block)
+    return tail_lines(data.decode("utf-8", errors="replace"), tail)
+
+
+def _read_back(handle: Any, tail: int, block: int) -> bytes:
+    position = handle.seek(0, os.SEEK_END)
+    chunks: list[bytes] = []
+    newlines = 0
+    # One newline more than lines wanted: the first line read may be cut.
+    while position > 0 and newlines <= tail:
+        size = min(block, position)
+        position -= size
+        handle.seek(position)
+        chunk = handle.read(size)
+        chunks.append(chunk)
+        newlines += chunk.count(b"\n")
+    return b"".join(reversed(chunks))
+
+
+def _platform_pythonpath() -> str:
+    """The folder holding the platform's packages, so `python -m podsys.drivers.local_supervisor`
+    and the platform's runners (`python -m ylink.runners.…`) import from any working folder;
+    empty when the platform is installed in site-packages, where Python finds it anyway."""
+    source_root = Path(__file__).resolve().parents[2]
+    installed = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    return "" if source_root in installed else str(source_root)
+
+
+def _join_paths(*parts: str) -> str:
+    return os.pathsep.join(part for part in parts if part)
+
+
+class LocalDriver(ClusterDriver):
+    """Options: `root` (state folder; default DATA_DIR/clusters/<cluster>), `grace_s` (cancel's
+    wait between SIGTERM and SIGKILL, default 10), `node_name` (default the host name), `gpus`
+    (GPU count to hand out instead of what NVML reports; `gpu_model` names them then),
+    `env_passthrough` (more variable names replicas inherit from the driver's environment)."""
+
+    unsupported = {
+        FEATURE_MULTI_NODE: "the local driver runs every replica on this machine",
+        FEATURE_IMAGES: "the local driver runs commands in the local environment; "
+        "images are ignored",
+    }
+
+    def __init__(self, *, cluster: str, options: dict | None = None) -> None:
+        super().__init__(cluster=cluster, options=options)
+        default_root = Path(settings.DATA_DIR) / "clusters" / cluster
+        self.root = Path(self.options.get("root") or default_root)
+        self.grace_s = float(self.options.get("grace_s", 10))
+        self.node_name = str(self.options.get("node_name") or socket.gethostname())
+        # Popen objects of the supervisors this instance started, kept only to reap them (a
+        # finished child stays a zombie until its parent waits for it); never needed to know
+        # a status, which always comes from disk and /proc.
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._inventory: tuple[float, GpuInventory] | None = None
+
+    # Paths and state ------------------------------------------------------------------------
+
+    def run_dir(self, handle: str) -> Path:
+        """The working folder of the workload's processes: the workload's `run_dir` when it
+        named one, else its folder under the driver's root."""
+        state = self._load(handle)
+        if state is not None and state.get("cwd"):
+            return Path(state["cwd"])
+        return self._folder(handle)
+
+    def _folder(self, handle: str) -> Path:
+        check_workload_id(handle)
+        return self.root / "workloads" / handle
+
+    def _load(self, handle: str) -> dict[str, Any] | None:
+        if not is_valid_workload_id(handle):
+            return None
+        state = read_json(self.root / "workloads" / handle / STATE_FILE)
+        return state if isinstance(state, dict) else None
+
+    @contextlib.contextmanager
+    def _locked(self, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
+        """One launch at a time on this root, across processes: GPU allocation and the check
+        that a workload does not exist yet must not interleave, and no one may see a workload
+        half started. Holders of the shared mode only wait for launches in progress."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / LOCK_FILE).open("a") as lock:
+            fcntl.flock(lock, mode)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # Nodes ----------------------------------------------------------------------------------
+
+    def _gpus(self) -> GpuInventory:
+        now = time.monotonic()
+        if self._inventory is None or now - self._inventory[0] > INVENTORY_TTL_S:
+            self._inventory = (now, read_gpus())
+        found = self._inventory[1]
+        if "gpus" in self.options:
+            model = found.model or str(self.options.get("gpu_model", ""))
+            return GpuInventory(int(self.options["gpus"]), model, found.memory_mib)
+        return found
+
+    def nodes(self) -> list[NodeInfo]:
+        gpus = self._gpus()
+        return [
+            NodeInfo(
+                name=self.node_name,
+                gpus=gpus.devices,
+                gpu_model=gpus.model,
+                gpu_memory_mib=gpus.memory_mib,
+                cpu_cores=float(os.cpu_count() or 1),
+                memory_mib=memory_mib(),
+            )
+        ]
+
+    # Launch ---------------------------------------------------------------------------------
+
+    def launch(self, workload: Workload) -> str:
+        check_workload_id(workload.id)
+        self._validate(workload)
+        with self._locked():
+            folder = self._folder(workload.id)
+            if (folder / STATE_FILE).exists():
+                return workload.id
+            self._reap()
+            gpus = self._allocate(workload)
+            state = self._prepare(workload, folder, gpus)
+            self._add_holder(workload.id, gpus)
+            try:
+                for index in range(workload.replicas):
+                    self._start_replica(workload, folder, state, index)
+            except OSError as exc:
+                with contextlib.suppress(DriverError):
+                    # A gang runs whole or not at all: stop the replicas that did start.
+                    self._stop(folder, state, grace_s=0)
+                raise DriverError(f"could not start workload {workload.id}: {exc}") from exc
+        return workload.id
+
+    def _validate(self, workload: Workload) -> None:
+        if workload.replicas < 1:
+            raise DriverError(f"workload {workload.id} has {workload.replicas} replicas")
+        if not workload.command:
+            raise DriverError(f"workload {workload.id} has no command")
+        if workload.placement and len(workload.placement) != workload.replicas:
+            raise DriverError(
+                f"workload {workload.id} places {len(workload.placement)} replicas "
+                f"but has {workload.replicas}"
+            )
+        elsewhere = sorted({node for node in workload.placement if node != self.node_name})
+        if elsewhere:
+            raise DriverError(
+                f"workload {workload.id} is placed on {', '.join(elsewhere)}, "
+                f"but this local cluster is only node {self.node_name}"
+            )
+
+    def _allocate(self, workload: Workload) -> list[list[int]]:
+        """GPU indices for each replica, from those no running workload holds."""
+        per_replica = workload.resources.gpus
+        if per_replica <= 0:
+            return [[] for _ in range(workload.replicas)]
+        total = self._gpus().devices
+        held = self._held_gpus()
+        free = [index for index in range(total) if index not in held]
+        needed = per_replica * workload.replicas
+        if needed > len(free):
+            raise DriverError(
+                f"workload {workload.id} needs {needed} GPUs; {len(free)} of {total} are free "
+                f"on {self.node_name}"
+            )
+        return [free[i * per_replica : (i + 1) * per_replica] for i in range(workload.replicas)]
+
+    def _held_gpus(self) -> set[int]:
+        """GPUs of replicas still running; forgets workloads that hold none any more."""
+        held: set[int] = set()
+        holders = self._read_holders()
+        still = []
+        for workload_id in holders:
+            state = self._load(workload_id)
+            replicas = state["replicas"] if state else []
+            folder = self.root / "workloads" / workload_id
+            live = [r for r in replicas if r["gpus"] and self._replica_running(folder, r)]
+            if live:
+                still.append(workload_id)
+                held.update(index for r in live for index in r["gpus"])
+        if still != holders:
+            write_json(self.root / HOLDERS_FILE, still)
+        return held
+
+    def _read_holders(self) -> list[str]:
+        holders = read_json(self.root / HOLDERS_FILE)
+        if isinstance(holders, list):
+            return [str(h) for h in holders]
+        # Lost or damaged: rebuild from the workload folders.
+        found = []
+        for state_file in (self.root / "workloads").glob(f"*/{STATE_FILE}"):
+            state = read_json(state_file)
+            if isinstance(state, dict) and any(r.get("gpus") for r in state.get("replicas", [])):
+                found.append(state_file.parent.name)
+        return found
+
+    def _add_holder(self, workload_id: str, gpus: list[list[int]]) -> None:
+        if not any(gpus):
+            return
+        holders = self._read_holders()
+        if workload_id not in holders:
+            holders.append(workload_id)
+        write_json(self.root / HOLDERS_FILE, holders)
+
+    def _prepare(self, workload: Workload, folder: Path, gpus: list[list[int]]) -> dict[str, Any]:
+        cwd = Path(workload.run_dir) if workload.run_dir else folder
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            cwd.mkdir(parents=True, exist_ok=True)
+            if workload.checkpoint_dir:
+                Path(workload.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DriverError(f"could not prepare workload {workload.id}: {exc}") from exc
+        state: dict[str, Any] = {
+            "id": workload.id,
+            "spec": dataclasses.asdict(workload),
+            "node": self.node_name,
+            "cwd": str(cwd),
+            "master_port": free_port(),
+            "started_at": time.time(),
+            "replicas": [
+                {"index": i, "gpus": gpus[i], "pid": None, "start_time": None}
+                for i in range(workload.replicas)
+            ],
+        }
+        # Written before any process starts: a crash from here on leaves a workload that
+        # reports its replicas as vanished, never one that is silently lost.
+        write_json(folder / STATE_FILE, state)
+        return state
+
+    def _start_replica(self, workload: Workload, folder: Path, state: dict, index: int) -> None:
+        replica = state["replicas"][index]
+        log = folder / f"replica-{index}.log"
+        argv = [
+            sys.executable, "-P", "-m", SUPERVISOR,
+            "--exit-file", str(folder / f"replica-{index}.exit"),
+            "--log", str(log),
+            "--", *workload.command,
+        ]  # fmt: skip
+        env = self._replica_env(workload, state, index)
+        with log.open("ab") as out:
+            # The supervisor's own output (an import error, say) lands in the log too.
+            child = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                argv,
+                cwd=state["cwd"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._children[child.pid] = child
+        replica["pid"] = child.pid
+        replica["start_time"] = processes.start_time(child.pid)
+        # Saved after each start, so a crash mid-launch still leaves every started pid known.
+        write_json(folder / STATE_FILE, state)
+
+    def _base_env(self) -> dict[str, str]:
+        names = BASE_ENV_NAMES | set(self.options.get("env_passthrough", ()))
+        return {
+            key: value
+            for key, value in os.environ.items()
+            if key in names or key.startswith(BASE_ENV_PREFIXES)
+        }
+
+    def _replica_env(self, workload: Workload, state: dict, index: int) -> dict[str, str]:
+        env = self._base_env()
+        env["PYTHONUNBUFFERED"] = "1"  # so logs stream while the job runs; a job may override
+        env.update(workload.env)
+        env["PYTHONPATH"] = _join_paths(env.get("PYTHONPATH", ""), _platform_pythonpath())
+        env.update(
+            {
+                "RANK": str(index),
+                "WORLD_SIZE": str(workload.replicas),
+                # Each replica sees only its own GPUs (numbered from 0), as it would in a pod of
+                # its own: it is rank 0 on its "node", so `cuda.set_device(LOCAL_RANK)` works.
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "1",
+                "NODE_RANK": str(index),
+                "GROUP_RANK": str(index),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(state["master_port"]),
+                "OGAI_WORKLOAD_ID": workload.id,
+                "OGAI_RUN_DIR": state["cwd"],
+                "CUDA_VISIBLE_DEVICES": ",".join(map(str, state["replicas"][index]["gpus"])),
+                # NVML numbers GPUs by PCI bus; CUDA must use the same order for the indices
+                # above to mean the GPUs that were allocated.
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            }
+        )
+        if workload.checkpoint_dir:
+            env["OGAI_CHECKPOINT_DIR"] = workload.checkpoint_dir
+        return env
+
+    # Status ---------------------------------------------------------------------------------
+
+    def status(self, handles: list[str]) -> dict[str, WorkloadStatus]:
+        self._reap()
+        return {handle: self._status(handle) for handle in handles}
+
+    def _status(self, handle: str) -> WorkloadStatus:
+        state = self._load(handle)
+        if state is not None and any(r["pid"] is None for r in state["replicas"]):
+            # A launch may be starting it right now: wait for it, then look again.
+            with self._locked(fcntl.LOCK_SH):
+                state = self._load(handle)
+        if state is None:
+            return missing(handle)
+        folder = self._folder(handle)
+        cancelled_at = _mtime(folder / CANCELLED_FILE)
+        replicas: list[ReplicaStatus] = []
+        failed_at: dict[int, float] = {}
+        for replica in state["replicas"]:
+            status, ended = self._replica_status(folder, state["node"], replica, cancelled_at)
+            replicas.append(status)
+            if status.phase == Phase.FAILED and ended is not None:
+                failed_at[status.index] = ended
+        return summarize(handle, replicas, failed_at=failed_at)
+
+    def _replica_status(
+        self, folder: Path, node: str, replica: dict, cancelled_at: float | None
+    ) -> tuple[ReplicaStatus, float | None]:
+        index = replica["index"]
+        exit_file = folder / f"replica-{index}.exit"
+        code = _read_exit(exit_file)
+        if code is None and self._replica_alive(replica):
+            return ReplicaStatus(index=index, phase=Phase.RUNNING, node=node), None
+        if code is None:
+            # Read again: the supervisor may have written it between the two looks.
+            code = _read_exit(exit_file)
+        if code is None:
+            lost = ReplicaStatus(index=index, phase=Phase.FAILED, node=node, reason=VANISHED)
+            return lost, None
+        ended = _mtime(exit_file)
+        status = finished_replica(index, code, node=node)
+        if code != 0 and cancelled_at is not None and ended is not None and ended >= cancelled_at:
+            status = dataclasses.replace(status, reason=f"cancelled ({status.reason})")
+        return status, ended
+
+    def _replica_running(self, folder: Path, replica: dict) -> bool:
+        """Still running: no exit code yet (a supervisor that wrote one is only exiting)."""
+        exit_file = folder / f"replica-{replica['index']}.exit"
+        return not exit_file.exists() and self._replica_alive(replica)
+
+    def _replica_alive(self, replica: dict) -> bool:
+        pid = replica.get("pid")
+        return isinstance(pid, int) and processes.is_alive(pid, replica.get("start_time"))
+
+    def _reap(self) -> None:
+        for pid, child in list(self._children.items()):
+            if child.poll() is not None:
+                self._children.pop(pid, None)
+
+    # Cancel ---------------------------------------------------------------------------------
+
+    def cancel(self, handle: str) -> None:
+        if self._load(handle) is None:
+            return
+        # Under the lock, so a launch in progress has started every replica (and recorded its
+        # pid) before we read the pids to signal; not during the grace wait, which may be long.
+        with self._locked():
+            state = self._load(handle)
+            folder = self._folder(handle)
+            if state is not None and not (folder / CANCELLED_FILE).exists():
+                (folder / CANCELLED_FILE).write_text(f"{time.time()}\n")
+        if state is not None:
+            self._stop(folder, state, grace_s=self.grace_s)
+
+    def _stop(self, folder: Path, state: dict, *, grace_s: float) -> None:
+        """SIGTERM to every replica's group, SIGKILL to what is left after `grace_s`."""
+        self._reap()
+        leaders = {r["pid"]: r.get("start_time") for r in state["replicas"] if r.get("pid")}
+        alive = self._live_groups(leaders)
+        if not alive:
+            return
+        # The last signal each group got: the exit code of a supervisor it killed.
+        sent = {leader: signal.SIGTERM for leader in alive}
+        for leader, found in alive.items():
+            processes.signal_group(leader, found, signal.SIGTERM)
+        left = self._wait_gone(leaders, grace_s)
+        for leader, found in left.items():
+            processes.signal_group(leader, found, signal.SIGKILL)
+            sent[leader] = signal.SIGKILL
+        left = self._wait_gone(leaders, KILL_WAIT_S)
+        self._record_killed(folder, state, sent)
+        if left:
+            pids = sorted(info.pid for found in left.values() for info in found)
+            raise DriverError(f"workload {state['id']}: processes {pids} did not stop")
+
+    def _live_groups(self, leaders: dict[int, int | None]) -> dict[int, list[processes.ProcInfo]]:
+        return {leader: found for leader, found in processes.members(leaders).items() if found}
+
+    def _wait_gone(
+        self, leaders: dict[int, int | None], timeout_s: float
+    ) -> dict[int, list[processes.ProcInfo]]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._reap()
+            alive = self._live_groups(leaders)
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(POLL_S)
+
+    def _record_killed(self, folder: Path, state: dict, sent: dict[int, signal.Signals]) -> None:
+        """A supervisor killed by our signal wrote no exit code: write one for it."""
+        for replica in state["replicas"]:
+            exit_file = folder / f"replica-{replica['index']}.exit"
+            sig = sent.get(replica.get("pid") or 0)
+            if sig is not None and _read_exit(exit_file) is None:
+                write_exit_code(exit_file, -sig)
+
+    # Logs and endpoints ---------------------------------------------------------------------
+
+    def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str:
+        state = self._load(handle)
+        if state is None:
+            raise DriverError(f"no workload {handle!r} on cluster {self.cluster}")
+        if not 0 <= replica < len(state["replicas"]):
+            raise DriverError(f"workload {handle} has no replica {replica}")
+        return read_tail(self._folder(handle) / f"replica-{replica}.log", tail)
+
+    def endpoint(self, handle: str) -> str | None:
+        state = self._load(handle)
+        if state is None:
+            return None
+        spec = state["spec"]
+        if not spec.get("service") or not spec.get("ports"):
+            return None
+        return f"http://127.0.0.1:{spec['ports'][0]}"
+
+
+def _read_exit(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None

@@ -1,0 +1,20 @@
+import django_filters
+
+from podsys.choices import NodeHealth
+from podsys.models import Cluster, Node
+
+
+class ClusterFilterSet(django_filters.FilterSet):
+    class Meta:
+        model = Cluster
+        fields = ["driver", "is_active"]
+
+
+class NodeFilterSet(django_filters.FilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
+    health = django_filters.ChoiceFilter(choices=NodeHealth.choices)
+    gpu_model = django_filters.CharFilter()
+
+    class Meta:
+        model = Node
+        fields = ["cluster", "health", "gpu_model", "schedulable"]

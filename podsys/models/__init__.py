@@ -1,0 +1,3 @@
+from podsys.models.clusters import Cluster, Node
+
+__all__ = ["Cluster", "Node"]
