@@ -66,7 +66,7 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
     queues = {q.pk: q for q in Queue.objects.filter(cluster=cluster).select_related("tenant")}
     tenant_ids = {q.tenant_id for q in queues.values()}
     # Lock the quotas: cycles of other clusters serialise on the tenants they share.
-    quotas = {q.tenant_id: q for q in Quota.objects.select_for_update().filter(
+    quotas = {q.tenant_id: q for q in Quota.objects.select_for_update(no_key=True).filter(
         tenant_id__in=tenant_ids).select_related("tenant").order_by("pk")}
     elsewhere = dict(
         Job.objects.filter(tenant_id__in=tenant_ids, state__in=ACTIVE_STATES, borrowed=False)
@@ -200,10 +200,11 @@ def _apply_preemptions(decisions: Decisions, jobs: dict[int, Job], now: datetime
 
 
 def schedule_cluster(*, cluster_id: int) -> CycleResult:
-    """Run one cycle. Cycles of one cluster never overlap: the cluster row is locked."""
+    """Run one cycle. Cycles of one cluster never overlap: the cluster row is locked, with
+    FOR NO KEY UPDATE so submissions (whose foreign keys take KEY SHARE locks) never wait."""
     result = CycleResult()
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+        cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster_id)
         now = timezone.now()
         snapshot, rows = load_snapshot(cluster, now)
         if not snapshot.pending:
