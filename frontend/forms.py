@@ -13,6 +13,7 @@ from aistation.choices import QueuePolicy
 from aistation.services.jobs import MAX_TIME_LIMIT_S
 from infra_os.choices import Role
 from infra_os.models.tenancy import slug_validator
+from podsys.models import Node
 
 MAX_TOKEN_DAYS = 366
 
@@ -174,6 +175,10 @@ class JobSubmitForm(forms.Form):
         self.fields["queue"].label_from_instance = lambda queue: (
             f"{queue.name} (cluster {queue.cluster.name})"
         )
+        # One GPU where the tenant's clusters have GPUs; none on a machine without any, so
+        # the first job a newcomer submits can run.
+        if not Node.objects.filter(cluster__queues__in=queues, gpus__gt=0).exists():
+            self.fields["gpus_per_replica"].initial = 0
 
     @staticmethod
     def initial_from(job) -> dict:
