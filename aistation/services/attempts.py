@@ -102,6 +102,19 @@ def attempt_stop(attempt: Attempt, state: str, reason: str) -> None:
         attempt_record_usage(attempt, now)
 
 
+def _nodes_to_avoid(job: Job, attempt: Attempt, node_lost: str) -> list[str]:
+    """A failed attempt's nodes are avoided by the next attempt, as long as other nodes of the
+    cluster could hold the job (on a one-machine cluster the retry runs where it can). A lost
+    node is always avoided."""
+    avoid = set(job.excluded_nodes) | ({node_lost} if node_lost else set())
+    candidates = avoid | set(attempt.placement)
+    others = Node.objects.filter(cluster_id=attempt.cluster_id,
+                                 gpus__gte=job.gpus_per_replica).exclude(name__in=candidates)
+    if others.exists():
+        avoid = candidates
+    return sorted(avoid)
+
+
 def retry_delay(restarts: int) -> timedelta:
     """Exponential backoff: base, 2*base, 4*base … capped."""
     base = settings.OGAI_RETRY_BACKOFF_S
@@ -133,8 +146,7 @@ def attempt_end(attempt: Attempt, *, failed: bool, exit_code: int | None, reason
         job.finished_at = now
         job_transition(job, JobState.SUCCEEDED, reason or "succeeded", attempt=attempt)
         return job
-    if node_lost and node_lost not in job.excluded_nodes:
-        job.excluded_nodes = [*job.excluded_nodes, node_lost]
+    job.excluded_nodes = _nodes_to_avoid(job, attempt, node_lost)
     if retry and job.restarts < job.max_restarts:
         job.restarts += 1
         delay = retry_delay(job.restarts)

@@ -245,3 +245,18 @@ def test_a_preempted_workload_whose_stop_was_lost_is_stopped_by_reconcile(farm, 
     assert farm.fake.allocated_gpus(node) == 0
     refresh(low)
     assert low.state == JobState.QUEUED
+
+
+def test_a_failed_attempt_is_retried_on_another_node(farm):
+    job = farm.submit(gpus=1, exit_code=2, duration=1, max_restarts=1)
+    cycle(farm)
+    refresh(job)
+    first = job.placement[0]
+    farm.fake.advance(2)
+    reconcile(farm)
+    refresh(job)
+    assert job.excluded_nodes == [first]
+    cycle(farm)
+    refresh(job)
+    assert job.state == JobState.RUNNING
+    assert job.placement[0] != first
