@@ -2,6 +2,7 @@
 retries and backoff, time limit), with the usage it cost."""
 
 import logging
+from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -69,8 +70,15 @@ def attempts_launch(cluster: Cluster, attempts: list[Attempt]) -> None:
         Attempt.objects.filter(pk__in=[a.pk for a in running]).update(
             launched=True, state=AttemptState.RUNNING, started_at=now)
         jobs = Job.objects.filter(pk__in=[a.job_id for a in running])
-        jobs.update(state=JobState.RUNNING, reason="running", updated_at=now)
+        jobs.update(state=JobState.RUNNING, updated_at=now)
         jobs.filter(started_at__isnull=True).update(started_at=now)
+        # Jobs mostly share nodes: one UPDATE per distinct placement says where each runs.
+        by_nodes: dict[str, list[int]] = defaultdict(list)
+        for attempt in running:
+            by_nodes[", ".join(sorted(set(attempt.placement))) or cluster.name].append(
+                attempt.job_id)
+        for nodes, ids in by_nodes.items():
+            Job.objects.filter(pk__in=ids).update(reason=f"running on {nodes}")
         JobEvent.objects.bulk_create(events, batch_size=1000)
     for attempt in cancelled:
         attempt_stop(attempt, AttemptState.CANCELLED, "the job was cancelled")
