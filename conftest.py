@@ -13,11 +13,16 @@ from django.core.cache import cache
 from django.db import connection
 from rest_framework.test import APIClient
 
+from aistation.services.jobs import job_submit
+from aistation.services.queues import queue_create
+from aistation.services.scheduling import schedule_cluster
 from infra_os.choices import Role
 from ogai.celery import QUEUES
 from ogai.tasks import health_ping
 from podsys.drivers import reset_drivers
-from podsys.drivers.fake import reset_fake_clusters
+from podsys.drivers.fake import fake_cluster, reset_fake_clusters
+from podsys.models import Cluster
+from podsys.services.clusters import cluster_sync_nodes
 from tests.factories import PASSWORD, MembershipFactory, TenantFactory, UserFactory
 
 REPO = Path(__file__).resolve().parent
@@ -81,6 +86,42 @@ def api():
 
     client.as_user = as_user
     return client
+
+
+@pytest.fixture
+def farm(world, settings):
+    """A fake cluster of 2 nodes x 8 GPUs; tenants alpha and beta (8-GPU quotas) each with a
+    queue `default` on it. `farm.submit(...)` submits as the tenant's member."""
+    settings.OGAI_RETRY_BACKOFF_S = 0
+    cluster = Cluster.objects.create(name="farm", driver="fake",
+                                     options={"nodes": 2, "gpus_per_node": 8})
+    cluster_sync_nodes(cluster=cluster)
+    queues = {
+        tenant.name: queue_create(actor=world.operator, tenant=tenant, name="default",
+                                  cluster=cluster)
+        for tenant in (world.alpha, world.beta)
+    }
+    members = {"alpha": world.alpha_member, "beta": world.beta_member}
+
+    def submit(tenant="alpha", *, gpus=1, replicas=1, priority=0, duration=None, exit_code=None,
+               max_restarts=0, name="work", env=None, **extra):
+        env = dict(env or {})
+        if duration is not None:
+            env["OGAI_FAKE_DURATION_S"] = str(duration)
+        if exit_code is not None:
+            env["OGAI_FAKE_EXIT_CODE"] = str(exit_code)
+        queue = queues[tenant]
+        return job_submit(
+            actor=members[tenant], tenant=queue.tenant, queue=queue, name=name,
+            command=["python", "train.py"], env=env, gpus_per_replica=gpus, replicas=replicas,
+            priority=priority, max_restarts=max_restarts, **extra,
+        )
+
+    def cycle():
+        return schedule_cluster(cluster_id=cluster.pk)
+
+    return SimpleNamespace(cluster=cluster, fake=fake_cluster("farm"), queues=queues,
+                           submit=submit, cycle=cycle, world=world)
 
 
 def _database_url_of_tests() -> str:

@@ -2,53 +2,28 @@
 cancelling and rerunning, the live parts (polling, logs, GPU squares) and query counts."""
 
 import re
-from types import SimpleNamespace
 
 import pytest
 from django.urls import reverse
 
 from aistation.choices import JobState
 from aistation.models import Job, Queue
-from aistation.services.jobs import job_cancel, job_submit
+from aistation.services.jobs import job_cancel
 from aistation.services.queues import queue_create
-from aistation.services.scheduling import schedule_cluster
 from infra_os.models import AuditEvent
-from podsys.drivers.fake import fake_cluster
 from podsys.models import Cluster, Node
-from podsys.services.clusters import cluster_sync_nodes
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
-def farm(world):
-    """A shared fake cluster of 2 nodes of 8 GPUs with a queue `default` for alpha and beta,
-    whose quotas cover the whole cluster (these tests are about pages, not about borrowing);
-    `farm.submit(tenant, **spec)` submits as the tenant's member."""
-    for tenant in (world.alpha, world.beta):
+def farm(farm):
+    """The shared fake cluster, with quotas covering all of it: these tests are about pages,
+    not about borrowing."""
+    for tenant in (farm.world.alpha, farm.world.beta):
         tenant.quota.gpus = 16
         tenant.quota.save()
-    cluster = Cluster.objects.create(name="farm", driver="fake",
-                                     options={"nodes": 2, "gpus_per_node": 8})
-    cluster_sync_nodes(cluster=cluster)
-    queues = {
-        tenant.name: queue_create(actor=world.operator, tenant=tenant, name="default",
-                                  cluster=cluster)
-        for tenant in (world.alpha, world.beta)
-    }
-    members = {"alpha": world.alpha_member, "beta": world.beta_member}
-
-    def submit(tenant="alpha", *, name="work", gpus=1, replicas=1, **spec):
-        queue = queues[tenant]
-        return job_submit(actor=members[tenant], tenant=queue.tenant, queue=queue, name=name,
-                          command=["python", "train.py"], gpus_per_replica=gpus,
-                          replicas=replicas, **spec)
-
-    def cycle():
-        return schedule_cluster(cluster_id=cluster.pk)
-
-    return SimpleNamespace(cluster=cluster, fake=fake_cluster("farm"), queues=queues,
-                           submit=submit, cycle=cycle, world=world)
+    return farm
 
 
 def _pages(farm):
