@@ -207,12 +207,14 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _queue_dir = DATA_DIR / "celery" / "queue"
     _processed_dir = DATA_DIR / "celery" / "processed"
-    _queue_dir.mkdir(parents=True, exist_ok=True)
-    _processed_dir.mkdir(parents=True, exist_ok=True)
+    _control_dir = DATA_DIR / "celery" / "control"
+    for _folder in (_queue_dir, _processed_dir, _control_dir):
+        _folder.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
         "processed_folder": str(_processed_dir),
+        "control_folder": str(_control_dir),
         "store_processed": False,
         "polling_interval": 0.1,
     }
