@@ -13,13 +13,12 @@ from podsys.models import Cluster
 
 @shared_task(name="aistation.schedule_cycle", queue="cluster", time_limit=120,
              soft_time_limit=100)
-def schedule_cycle(cluster_id: int | None = None) -> int:
+def schedule_cycle(cluster_id: int | None = None, requested_at: float | None = None) -> int:
     """One cycle for a cluster, or for every cluster with queued jobs. Returns jobs started."""
     if cluster_id is not None:
-        clusters = [cluster_id]
-    else:
-        clusters = list(Job.objects.filter(state=JobState.QUEUED)
-                        .values_list("cluster_id", flat=True).distinct())
+        return len(schedule_cluster(cluster_id=cluster_id, requested_at=requested_at).started)
+    clusters = list(Job.objects.filter(state=JobState.QUEUED)
+                    .values_list("cluster_id", flat=True).distinct())
     return sum(len(schedule_cluster(cluster_id=pk).started) for pk in clusters)
 
 

@@ -1,8 +1,9 @@
 """Asking the workers for a scheduling cycle or a cancellation, after the transaction commits.
 
 A burst of submissions asks for one cycle: the first request of a burst enqueues a cycle a
-moment later, which sees every job submitted in between. Beat runs a cycle every few seconds
-anyway, so a request lost with a crashed process delays work and loses nothing.
+moment later, which sees every job submitted in between; a cycle asked for by another process
+during the same burst finds it has nothing new to see and is skipped. Beat runs a cycle every
+few seconds anyway, so a request lost with a crashed process delays work and loses nothing.
 """
 
 import threading
@@ -25,7 +26,8 @@ def request_cycle(cluster_id: int) -> None:
     def enqueue() -> None:
         from aistation.tasks import schedule_cycle
 
-        schedule_cycle.apply_async(kwargs={"cluster_id": cluster_id}, countdown=BURST_S)
+        schedule_cycle.apply_async(
+            kwargs={"cluster_id": cluster_id, "requested_at": time.time()}, countdown=BURST_S)
 
     transaction.on_commit(enqueue)
 

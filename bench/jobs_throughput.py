@@ -1,8 +1,10 @@
 """How fast submitted jobs reach RUNNING, end to end on PostgreSQL with the fake driver.
 
 Client processes submit jobs through the real service (validation, audit event, job event); a
-second process plays the Celery worker, running scheduling cycles back to back (the real cycle:
-snapshot, core, one transaction, launches through the driver). The rate is
+second process plays the Celery worker, running the real cycle (snapshot, core, one transaction,
+launches through the driver) at the cadence the platform's triggers give while submissions
+stream in: one cycle per `aistation.triggers.BURST_S`, however many processes submit (a cycle
+asked for while another already looked is skipped). The rate is
 jobs / (last RUNNING - first submit). Needs PostgreSQL: DATABASE_URL, default postgres://postgres@127.0.0.1:5432/ogai_bench
 (created when missing).
 """
@@ -23,6 +25,9 @@ def _setup_django() -> None:
     os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
     os.environ.setdefault("OGAI_DATA_DIR", str(REPO / "var" / "bench"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ogai.settings")
+    # As in production: no DEBUG (which keeps every query in memory).
+    os.environ.setdefault("DEBUG", "0")
+    os.environ.setdefault("SECRET_KEY", "bench-only")
     url = os.environ["DATABASE_URL"]
     if not url.startswith("postgres"):
         raise SystemExit("bench/jobs_throughput.py measures PostgreSQL: set DATABASE_URL.")
@@ -114,13 +119,16 @@ def measure_submit_to_running(jobs: int = 2000, nodes: int = 1000, clients: int 
 
 
 def _worker(cluster_id: int, jobs: int) -> None:
-    """The Celery worker's part: cycles until every submitted job runs."""
-    from aistation.choices import JobState
-    from aistation.models import Job
+    """The Celery worker's part: cycles until every submitted job runs, one per BURST_S (see
+    `aistation.triggers`)."""
     from aistation.services.scheduling import schedule_cluster
+    from aistation.triggers import BURST_S
 
-    while Job.objects.filter(cluster_id=cluster_id, state=JobState.RUNNING).count() < jobs:
-        schedule_cluster(cluster_id=cluster_id)
+    started = 0
+    while started < jobs:
+        began = time.monotonic()
+        started += len(schedule_cluster(cluster_id=cluster_id).started)
+        time.sleep(max(0.0, BURST_S - (time.monotonic() - began)))
 
 
 if __name__ == "__main__":

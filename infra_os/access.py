@@ -15,6 +15,7 @@ from infra_os.choices import WRITE_ROLES, Role
 from infra_os.models import Membership, Tenant
 
 User = DjangoUser | AnonymousUser
+_ROLES_MEMO = "_ogai_roles"
 
 
 def is_platform_admin(user: User) -> bool:
@@ -40,15 +41,21 @@ def scope_to_user(queryset: QuerySet, user: User, *, tenant_field: str = "tenant
 
 
 def role_in(user: User, tenant: Tenant | int) -> Role | None:
+    """The user's role in the tenant. Remembered on the user object, as Django remembers
+    permissions, so one request asks the database once per tenant however often it checks."""
     if not user.is_authenticated:
         return None
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
-    role = (
-        Membership.objects.filter(user=user, tenant_id=tenant_id)
-        .values_list("role", flat=True)
-        .first()
-    )
-    return Role(role) if role else None
+    roles = user.__dict__.setdefault(_ROLES_MEMO, {})
+    if tenant_id not in roles:
+        found = Membership.objects.filter(user=user, tenant_id=tenant_id).values_list("role")
+        roles[tenant_id] = Role(found[0][0]) if found else None
+    return roles[tenant_id]
+
+
+def forget_roles(user: User) -> None:
+    """Drop the remembered roles (after memberships change)."""
+    user.__dict__.pop(_ROLES_MEMO, None)
 
 
 def can_write_somewhere(user: User) -> bool:

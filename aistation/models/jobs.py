@@ -12,9 +12,13 @@ class Job(TimeStampedModel):
     """A unit of work: a command run as `replicas` processes (a gang), started all at once or not
     at all, retried up to `max_restarts` times. Every state change is a JobEvent."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="jobs")
+    # Tenant and cluster are looked up with a state: the two indexes below serve both, and every
+    # index more costs each submission and each change of state.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="jobs",
+                               db_index=False)
     queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs",
+                                db_index=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
                               related_name="jobs")
     name = models.CharField(max_length=100)
@@ -31,8 +35,7 @@ class Job(TimeStampedModel):
     max_restarts = models.PositiveIntegerField(default=0)
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
 
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED,
-                             db_index=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     reason = models.TextField(blank=True)
     position = models.PositiveIntegerField(null=True, blank=True)
     restarts = models.PositiveIntegerField(default=0)
@@ -55,6 +58,7 @@ class Job(TimeStampedModel):
         indexes = [
             models.Index(fields=["cluster", "state"]),
             models.Index(fields=["tenant", "state"]),
+            models.Index(fields=["state"], name="job_state"),
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(replicas__gte=1),
@@ -74,14 +78,17 @@ class Job(TimeStampedModel):
 class Attempt(models.Model):
     """One start of a job on a cluster: its placement, its end and why it ended."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    # Indexed by the (job, number) and (cluster, state) pairs below.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts",
+                            db_index=False)
     number = models.PositiveIntegerField()
     workload_id = models.CharField(max_length=63, unique=True)
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="attempts")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="attempts",
+                                db_index=False)
     placement = models.JSONField(default=list)
     borrowed = models.BooleanField(default=False)
     state = models.CharField(max_length=16, choices=AttemptState.choices,
-                             default=AttemptState.LAUNCHING, db_index=True)
+                             default=AttemptState.LAUNCHING)
     launched = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -91,6 +98,10 @@ class Attempt(models.Model):
 
     class Meta:
         ordering = ["job_id", "number"]
+        indexes = [
+            models.Index(fields=["cluster", "state"], name="attempt_cluster_state"),
+            models.Index(fields=["state"], name="attempt_state"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["job", "number"], name="attempt_unique_number"),
         ]

@@ -54,16 +54,19 @@ def attempts_launch(cluster: Cluster, attempts: list[Attempt]) -> None:
             launched.append(attempt.pk)
     now = timezone.now()
     with transaction.atomic():
-        live = list(Attempt.objects.select_for_update().select_related("job")
-                    .filter(pk__in=launched, state=AttemptState.LAUNCHING))
+        # Lock the attempts still launching, and read their jobs' states as of now.
+        live = (Attempt.objects.select_for_update(of=("self",))
+                .filter(pk__in=launched, state=AttemptState.LAUNCHING)
+                .values_list("pk", "job__state"))
+        by_pk = {attempt.pk: attempt for attempt in attempts}
         events, cancelled, running = [], [], []
-        for attempt in live:
-            job = attempt.job
-            if job.state in FINAL_STATES:  # cancelled while launching
+        for pk, job_state in live:
+            attempt = by_pk[pk]
+            if job_state in FINAL_STATES:  # cancelled while launching
                 cancelled.append(attempt)
                 continue
             nodes = ", ".join(sorted(set(attempt.placement))) or cluster.name
-            events.append(JobEvent(job=job, attempt=attempt, from_state=job.state,
+            events.append(JobEvent(job_id=attempt.job_id, attempt=attempt, from_state=job_state,
                                    to_state=JobState.RUNNING,
                                    reason=f"running on {nodes} (attempt {attempt.number})"))
             running.append(attempt)

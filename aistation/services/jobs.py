@@ -2,7 +2,6 @@
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
@@ -13,7 +12,7 @@ from infra_os.access import require_role
 from infra_os.choices import WRITE_ROLES
 from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
-from podsys.models import Node
+from podsys.services.clusters import cluster_refresh_capacity
 
 MAX_TIME_LIMIT_S = 30 * 24 * 3600
 
@@ -21,29 +20,32 @@ MAX_TIME_LIMIT_S = 30 * 24 * 3600
 def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_mib: int,
                 replicas: int) -> None:
     """Refuse at once what no node of the queue's cluster could ever hold, rather than let it
-    wait forever. One aggregate query: submissions must stay cheap."""
+    wait forever. Checked against the capacity the last node sync summed up: submissions must
+    stay cheap."""
     cluster = queue.cluster.name
-    nodes = Node.objects.filter(cluster=queue.cluster)
+    # A cluster never summed up yet (made before capacities were kept) is summed up now.
+    capacity = queue.cluster.capacity or cluster_refresh_capacity(cluster=queue.cluster)
     if gpus and gpu_model:
-        nodes = nodes.filter(gpu_model=gpu_model)
-    shape = nodes.aggregate(count=Count("pk"), largest=Max("gpus"), total=Sum("gpus"),
-                            cpu=Max("cpu_cores"), memory=Max("memory_mib"))
-    if not shape["count"]:
-        if gpus and gpu_model:
+        shape = capacity.get("gpu_models", {}).get(gpu_model)
+        if not shape:
             raise ValidationError({"resources.gpu_model": f"No node of cluster {cluster} has "
                                    f"GPU model {gpu_model!r}."})
-        raise ValidationError({"queue": f"Cluster {cluster} of queue {queue.name} has no nodes."})
-    if gpus > shape["largest"]:
+    else:
+        shape = capacity.get("all")
+        if not shape or not shape["nodes"]:
+            raise ValidationError({"queue": f"Cluster {cluster} of queue {queue.name} has no "
+                                   "nodes."})
+    if gpus > shape["largest_gpus"]:
         raise ValidationError({"resources.gpus": f"{gpus} GPUs per replica, but the largest "
-                               f"node of cluster {cluster} has {shape['largest']}."})
-    if gpus * replicas > shape["total"]:
+                               f"node of cluster {cluster} has {shape['largest_gpus']}."})
+    if gpus * replicas > shape["gpus"]:
         raise ValidationError({"replicas": f"{replicas} replicas of {gpus} GPUs need "
                                f"{gpus * replicas} GPUs; cluster {cluster} has "
-                               f"{shape['total']}."})
-    if cpu > shape["cpu"]:
+                               f"{shape['gpus']}."})
+    if cpu > shape["cpu_cores"]:
         raise ValidationError({"resources.cpu": f"{cpu:g} CPU cores per replica is more than "
                                f"any node of cluster {cluster} has."})
-    if memory_mib > shape["memory"]:
+    if memory_mib > shape["memory_mib"]:
         raise ValidationError({"resources.memory_mib": f"{memory_mib} MiB per replica is more "
                                f"than any node of cluster {cluster} has."})
 

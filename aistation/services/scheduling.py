@@ -8,6 +8,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from aistation.choices import ACTIVE_STATES, LIVE_ATTEMPT_STATES, AttemptState, JobState
@@ -24,6 +25,7 @@ from aistation.scheduler.types import (
 from aistation.services.attempts import attempt_record_usage, attempts_launch, attempts_stop
 from infra_os.models import Quota
 from ogai.bulk import bulk_set
+from podsys.choices import NodeHealth
 from podsys.models import Cluster, Node
 
 
@@ -33,36 +35,52 @@ class CycleResult:
     preempted: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     waiting: int = 0
+    skipped: bool = False  # another cycle looked after this one was asked for
 
 
 def _ts(moment: datetime | None) -> float:
     return moment.timestamp() if moment else 0.0
 
 
-SNAPSHOT_FIELDS = (
-    "id", "queue_id", "state", "reason", "position", "priority", "queued_at", "created_at",
-    "gpus_per_replica", "replicas", "cpu_per_replica", "memory_mib_per_replica", "gpu_model",
-    "placement", "started_at", "borrowed", "attained_gpu_s", "excluded_nodes", "not_before",
+# A cycle reads every queued and active job of the cluster and writes few: plain values, and
+# only the fields the core reads for each kind (parsing dates and JSON is most of a cycle's cost).
+PENDING_FIELDS = (
+    "id", "queue_id", "reason", "position", "priority", "submitted", "gpus_per_replica",
+    "replicas", "cpu_per_replica", "memory_mib_per_replica", "gpu_model", "attained_gpu_s",
+    "excluded_nodes", "not_before",
+)
+RUNNING_FIELDS = (
+    "id", "queue_id", "priority", "gpus_per_replica", "replicas", "cpu_per_replica",
+    "memory_mib_per_replica", "gpu_model", "placement", "started_at", "borrowed",
+    "attained_gpu_s",
 )
 
 
-def _job_snap(row: dict, tenant: str, queue: str) -> JobSnap:
+def _pending_snap(row: dict, tenant: str, queue: str) -> JobSnap:
     return JobSnap(
         id=row["id"], tenant=tenant, queue=queue, priority=row["priority"],
-        submitted_at=_ts(row["queued_at"] or row["created_at"]),
+        submitted_at=_ts(row["submitted"]), gpus_per_replica=row["gpus_per_replica"],
+        replicas=row["replicas"], cpu_per_replica=row["cpu_per_replica"],
+        memory_mib_per_replica=row["memory_mib_per_replica"], gpu_model=row["gpu_model"],
+        attained_gpu_s=row["attained_gpu_s"], excluded_nodes=frozenset(row["excluded_nodes"]),
+        not_before=_ts(row["not_before"]),
+    )
+
+
+def _running_snap(row: dict, tenant: str, queue: str) -> JobSnap:
+    # A running job's submission time plays no part in a decision.
+    return JobSnap(
+        id=row["id"], tenant=tenant, queue=queue, priority=row["priority"], submitted_at=0.0,
         gpus_per_replica=row["gpus_per_replica"], replicas=row["replicas"],
         cpu_per_replica=row["cpu_per_replica"],
         memory_mib_per_replica=row["memory_mib_per_replica"], gpu_model=row["gpu_model"],
-        placement=tuple(row["placement"]),
-        started_at=_ts(row["started_at"]) if row["started_at"] else None,
+        placement=tuple(row["placement"]), started_at=_ts(row["started_at"]) or None,
         borrowed=row["borrowed"], attained_gpu_s=row["attained_gpu_s"],
-        excluded_nodes=frozenset(row["excluded_nodes"]), not_before=_ts(row["not_before"]),
     )
 
 
 def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, dict]]:
-    """The cluster as the core sees it, and each job's row (plain values: a cycle reads
-    thousands of jobs and writes few)."""
+    """The cluster as the core sees it, and each pending job's row."""
     queues = {q.pk: q for q in Queue.objects.filter(cluster=cluster).select_related("tenant")}
     tenant_ids = {q.tenant_id for q in queues.values()}
     # Lock the quotas: cycles of other clusters serialise on the tenants they share.
@@ -74,21 +92,21 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
         .annotate(held=Sum(F("gpus_per_replica") * F("replicas")))
         .values_list("tenant_id", "held")
     )
-    rows = list(Job.objects.filter(cluster=cluster, state__in=[JobState.QUEUED, *ACTIVE_STATES])
-                .values(*SNAPSHOT_FIELDS))
+    jobs = Job.objects.filter(cluster=cluster)
+    rows = list(jobs.filter(state=JobState.QUEUED)
+                .annotate(submitted=Coalesce("queued_at", "created_at")).values(*PENDING_FIELDS))
     keys = {pk: (q.tenant.name, f"{q.tenant.name}/{q.name}") for pk, q in queues.items()}
-    running: list[JobSnap] = []
-    pending: list[JobSnap] = []
-    for row in rows:
-        tenant, queue = keys[row["queue_id"]]
-        (pending if row["state"] == JobState.QUEUED else running).append(
-            _job_snap(row, tenant, queue))
+    pending = [_pending_snap(row, *keys[row["queue_id"]]) for row in rows]
+    running = [_running_snap(row, *keys[row["queue_id"]])
+               for row in jobs.filter(state__in=ACTIVE_STATES).values(*RUNNING_FIELDS)]
     snapshot = Snapshot(
         now=now.timestamp(),
         nodes=tuple(
-            NodeSnap(name=n.name, gpus=n.gpus, gpu_model=n.gpu_model, cpu_cores=n.cpu_cores,
-                     memory_mib=n.memory_mib, schedulable=n.takes_work)
-            for n in Node.objects.filter(cluster=cluster)
+            NodeSnap(name=name, gpus=gpus, gpu_model=model, cpu_cores=cpu, memory_mib=memory,
+                     schedulable=schedulable and health == NodeHealth.HEALTHY)
+            for name, gpus, model, cpu, memory, schedulable, health in
+            Node.objects.filter(cluster=cluster).values_list(
+                "name", "gpus", "gpu_model", "cpu_cores", "memory_mib", "schedulable", "health")
         ),
         tenants=tuple(
             TenantSnap(name=q.tenant.name, gpu_quota=max(0, q.gpus - elsewhere.get(t, 0)),
@@ -199,13 +217,20 @@ def _apply_preemptions(decisions: Decisions, jobs: dict[int, Job], now: datetime
     return stopped
 
 
-def schedule_cluster(*, cluster_id: int) -> CycleResult:
+def schedule_cluster(*, cluster_id: int, requested_at: float | None = None) -> CycleResult:
     """Run one cycle. Cycles of one cluster never overlap: the cluster row is locked, with
-    FOR NO KEY UPDATE so submissions (whose foreign keys take KEY SHARE locks) never wait."""
+    FOR NO KEY UPDATE so submissions (whose foreign keys take KEY SHARE locks) never wait.
+    A cycle requested (after a commit) at `requested_at` is skipped when another cycle has
+    looked since: many processes asking at once cost one cycle."""
     result = CycleResult()
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster_id)
         now = timezone.now()
+        if requested_at is not None and cluster.cycle_at is not None \
+                and cluster.cycle_at.timestamp() >= requested_at:
+            result.skipped = True
+            return result
+        Cluster.objects.filter(pk=cluster_id).update(cycle_at=now)
         snapshot, rows = load_snapshot(cluster, now)
         if not snapshot.pending:
             return result

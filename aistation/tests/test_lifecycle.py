@@ -1,6 +1,9 @@
 """The job lifecycle on the fake driver: scheduling cycles and reconcile run in-process."""
 
+import time
+
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from aistation.choices import ACTIVE_STATES, JobState
@@ -10,6 +13,7 @@ from aistation.services.jobs import job_cancel
 from aistation.services.reconcile import reconcile_cluster
 from aistation.tasks import cancel_job
 from infra_os.models import Quota, UsageRecord
+from podsys.services.clusters import cluster_sync_nodes
 
 
 def cycle(farm):
@@ -260,3 +264,33 @@ def test_a_failed_attempt_is_retried_on_another_node(farm):
     refresh(job)
     assert job.state == JobState.RUNNING
     assert job.placement[0] != first
+
+
+def test_a_cycle_asked_for_before_another_cycle_looked_is_skipped(farm):
+    asked_at = time.time()
+    job = farm.submit(gpus=1)
+    assert cycle(farm).started == [job.pk]
+    later = farm.submit(gpus=1)
+    # Its request was made before the cycle above looked: that cycle saw everything it could.
+    skipped = scheduling.schedule_cluster(cluster_id=farm.cluster.pk, requested_at=asked_at)
+    assert skipped.skipped and skipped.started == []
+    refresh(later)
+    assert later.state == JobState.QUEUED
+    # A request made after that cycle runs and starts the later job.
+    ran = scheduling.schedule_cluster(cluster_id=farm.cluster.pk, requested_at=time.time())
+    assert not ran.skipped and ran.started == [later.pk]
+
+
+def test_a_job_too_big_for_the_cluster_fits_once_a_node_sync_brings_bigger_nodes(farm):
+    with pytest.raises(ValidationError) as refused:
+        farm.submit(gpus=16)
+    assert "largest node of cluster farm has 8" in str(refused.value)
+    farm.fake.add_nodes(1, gpus=16, gpu_model="H200")
+    cluster_sync_nodes(cluster=farm.cluster)
+    farm.queues["alpha"].cluster.refresh_from_db()
+    Quota.objects.filter(tenant__name="alpha").update(gpus=16)
+    job = farm.submit(gpus=16, gpu_model="H200")
+    assert cycle(farm).started == [job.pk]
+    assert farm.cluster.capacity["gpu_models"]["H200"] == {
+        "nodes": 1, "gpus": 16, "largest_gpus": 16,
+        "cpu_cores": farm.fake.options["cpu_cores"], "memory_mib": farm.fake.options["memory_mib"]}

@@ -5,16 +5,20 @@ from infra_os.models.tenancy import Tenant
 
 
 class AuditEvent(models.Model):
-    """One state change made by someone. Names are copied so the record outlives what it names."""
+    """One state change made by someone. Names are copied so the record outlives what it names.
+    Its links to the actor and the tenant have no database constraint (Django still sets them to
+    null when those go): writing the record never locks the rows it names, which every audited
+    change of a busy tenant would otherwise queue on."""
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-        related_name="+",
+        related_name="+", db_constraint=False,
     )
     actor_name = models.CharField(max_length=150, blank=True)
     tenant = models.ForeignKey(
-        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events"
+        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events",
+        db_constraint=False,
     )
     tenant_name = models.CharField(max_length=63, blank=True)
     action = models.CharField(max_length=64, db_index=True)

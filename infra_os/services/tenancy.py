@@ -5,7 +5,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from infra_os.access import require_platform_admin, require_role
+from infra_os.access import forget_roles, require_platform_admin, require_role
 from infra_os.choices import ADMIN_ROLES, Role
 from infra_os.models import Membership, Quota, Tenant
 from infra_os.services.audit import audit_record
@@ -114,6 +114,7 @@ def membership_create(
     membership.save()
     audit_record(actor=actor, action="membership.create", obj=membership, tenant=tenant,
                  changes={"user": username, "role": role})
+    forget_roles(actor)
     return membership
 
 
@@ -131,6 +132,7 @@ def membership_update(*, actor, membership: Membership, role: str) -> Membership
     membership.save(update_fields=["role", "updated_at"])
     audit_record(actor=actor, action="membership.update", obj=membership,
                  tenant=membership.tenant, changes={"role": {"from": previous, "to": role}})
+    forget_roles(actor)
     return membership
 
 
@@ -142,3 +144,4 @@ def membership_delete(*, actor, membership: Membership) -> None:
     audit_record(actor=actor, action="membership.delete", obj=membership,
                  tenant=membership.tenant, changes={"user": membership.user.get_username()})
     membership.delete()
+    forget_roles(actor)

@@ -26,6 +26,12 @@ class Cluster(TimeStampedModel):
     is_active = models.BooleanField(default=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
     sync_error = models.TextField(blank=True)
+    # What its nodes add up to, as of the last sync (see `cluster_sync_nodes`): submissions
+    # check a job against it without reading every node.
+    capacity = models.JSONField(default=dict, blank=True, editable=False)
+    # When the last scheduling cycle looked at its jobs: a cycle asked for before then has
+    # nothing left to see and is skipped.
+    cycle_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]

@@ -3,6 +3,7 @@
 import logging
 
 from django.db import transaction
+from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
 from infra_os.access import require_platform_admin
@@ -83,7 +84,34 @@ def cluster_sync_nodes(*, cluster: Cluster) -> list[Node]:
                 node.health_reason = "the cluster no longer reports this node"
                 node.save(update_fields=["health", "health_reason", "updated_at"])
         Cluster.objects.filter(pk=cluster.pk).update(last_synced_at=now, sync_error="")
+        cluster_refresh_capacity(cluster=cluster)
     return list(cluster.nodes.all())
+
+
+def cluster_refresh_capacity(*, cluster: Cluster) -> dict:
+    """Sum the cluster's nodes up, in all and per GPU model: how many, their GPUs, and the
+    largest node's GPUs, CPU cores and memory. Lost nodes count: they may come back."""
+    groups = {
+        row["gpu_model"]: {"nodes": row["n"], "gpus": row["total"], "largest_gpus": row["largest"],
+                           "cpu_cores": row["cpu"], "memory_mib": row["memory"]}
+        for row in Node.objects.filter(cluster=cluster).order_by().values("gpu_model")
+        .annotate(n=Count("pk"), total=Sum("gpus"), largest=Max("gpus"), cpu=Max("cpu_cores"),
+                  memory=Max("memory_mib"))
+    }
+    every = list(groups.values())
+    capacity = {
+        "all": {
+            "nodes": sum(g["nodes"] for g in every),
+            "gpus": sum(g["gpus"] for g in every),
+            "largest_gpus": max((g["largest_gpus"] for g in every), default=0),
+            "cpu_cores": max((g["cpu_cores"] for g in every), default=0),
+            "memory_mib": max((g["memory_mib"] for g in every), default=0),
+        },
+        "gpu_models": {model: group for model, group in groups.items() if model},
+    }
+    Cluster.objects.filter(pk=cluster.pk).update(capacity=capacity)
+    cluster.capacity = capacity
+    return capacity
 
 
 @transaction.atomic
