@@ -9,7 +9,7 @@ from django.db import connection, models
 
 def bulk_set(model: type[models.Model], field: str, values: Mapping[int, Any]) -> int:
     """Set `field` to values[pk] for each pk, in one UPDATE … FROM (VALUES …) statement.
-    For integer and text columns (PostgreSQL, and SQLite from 3.33)."""
+    For number and text columns (PostgreSQL, and SQLite from 3.33)."""
     if not values:
         return 0
     table = model._meta.db_table

@@ -36,6 +36,29 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
 
 
+def env_float_or_none(name: str) -> float | None:
+    """A number, or None when unset (the code's own default applies)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+
+
+def env_floats_or_none(name: str) -> tuple[float, ...] | None:
+    """Comma-separated numbers, or None when unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return tuple(float(item) for item in raw.split(",") if item.strip())
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a comma-separated list of numbers.") from None
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

@@ -9,7 +9,15 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from ogai.env import env_bool, env_int, env_list, env_str, persistent_secret_key
+from ogai.env import (
+    env_bool,
+    env_float_or_none,
+    env_floats_or_none,
+    env_int,
+    env_list,
+    env_str,
+    persistent_secret_key,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PROFILE = env_str("OGAI_PROFILE", "development")
@@ -255,8 +263,14 @@ OGAI_CLUSTER_DRIVERS = {
 # attempt decided but not launched after the grace period is launched by reconcile.
 OGAI_RETRY_BACKOFF_S = float(env_str("OGAI_RETRY_BACKOFF_S", "10"))
 OGAI_LAUNCH_GRACE_S = float(env_str("OGAI_LAUNCH_GRACE_S", "30"))
-# A job waiting longer than this gets nodes reserved for it: nothing else starts on them.
-OGAI_SCHEDULER_STARVATION_S = float(env_str("OGAI_SCHEDULER_STARVATION_S", "900"))
+# The scheduler's policy settings (unset: the defaults in `aistation.scheduler.policies`, which
+# say what they mean): the wait after which a job goes first and gets nodes reserved, the fair
+# policy's levels (attained GPU-seconds, comma-separated), the minimum run before a job of a
+# higher level may preempt, and the total wait that promotes a job to the top level.
+OGAI_SCHEDULER_STARVATION_S = env_float_or_none("OGAI_SCHEDULER_STARVATION_S")
+OGAI_SCHEDULER_LEVELS_GPU_S = env_floats_or_none("OGAI_SCHEDULER_LEVELS_GPU_S")
+OGAI_SCHEDULER_MIN_RUN_S = env_float_or_none("OGAI_SCHEDULER_MIN_RUN_S")
+OGAI_SCHEDULER_PROMOTE_AFTER_S = env_float_or_none("OGAI_SCHEDULER_PROMOTE_AFTER_S")
 
 # How long /readyz waits for a worker to answer its health task.
 OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))

@@ -13,8 +13,11 @@ import pytest
 from aistation.choices import FINAL_STATES, JobState
 from aistation.services.jobs import job_cancel, job_submit
 from aistation.services.queues import queue_create
+from aistation.services.reconcile import reconcile_cluster
+from aistation.services.scheduling import schedule_cluster
 from aistation.services.workloads import job_checkpoint_dir
 from podsys.models import Cluster
+from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_sync_nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -143,3 +146,69 @@ def test_a_killed_job_resumes_from_its_checkpoint_with_the_same_result(
     assert job.state == JobState.SUCCEEDED, job.reason
     assert job.attempts.count() == 2
     assert int(result.read_text()) == sum(step * step for step in range(1, 41))
+
+
+SAVES_ON_SIGTERM = """
+import json, os, pathlib, signal, sys, time
+checkpoint = pathlib.Path(os.environ["OGAI_CHECKPOINT_DIR"]) / "state.json"
+state = json.loads(checkpoint.read_text()) if checkpoint.exists() else {"step": 0, "total": 0}
+print(f"starting at step {state['step']}", flush=True)
+
+def save_and_stop(signum, frame):
+    tmp = checkpoint.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, checkpoint)
+    pathlib.Path(os.environ["SAVED"]).write_text(str(state["step"]))
+    sys.exit(143)
+
+signal.signal(signal.SIGTERM, save_and_stop)
+while state["step"] < 60:
+    state["step"] += 1
+    state["total"] += state["step"] ** 2
+    time.sleep(0.05)
+pathlib.Path(os.environ["RESULT"]).write_text(str(state["total"]))
+"""
+
+
+def test_a_preempted_job_saves_on_sigterm_and_resumes_where_it_stopped(
+    world, tmp_path, settings
+):
+    """Preemption through the checkpoint: the fair policy preempts a job that has had more
+    service; the process gets SIGTERM and the grace period to save; its next attempt resumes
+    from what it saved (this script saves only then) and ends with the uninterrupted result."""
+    settings.OGAI_SCHEDULER_LEVELS_GPU_S = (1.0,)  # a level down after one GPU-second
+    settings.OGAI_SCHEDULER_MIN_RUN_S = 0.5
+    cluster = Cluster.objects.create(name="one-gpu", driver="local", options={
+        "root": str(tmp_path / "cluster"), "grace_s": 5, "gpus": 1})
+    cluster_sync_nodes(cluster=cluster)
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default",
+                         cluster=cluster)
+    saved, result = tmp_path / "saved.txt", tmp_path / "result.txt"
+    script = _script(tmp_path, "squares.py", SAVES_ON_SIGTERM)
+    long = _submit(world, queue, script, gpus_per_replica=1,
+                   env={"SAVED": str(saved), "RESULT": str(result)})
+    schedule_cluster(cluster_id=cluster.pk)
+    _wait(long, lambda j: j.state == JobState.RUNNING)
+    time.sleep(1.5)
+    short = _submit(world, queue, _script(tmp_path, "short.py", "print('short done')\n"),
+                    gpus_per_replica=1)
+    schedule_cluster(cluster_id=cluster.pk)  # preempts: SIGTERM, then waits for the save
+    long.refresh_from_db()
+    assert long.events.filter(to_state=JobState.PREEMPTED).exists()
+    assert 0 < int(saved.read_text()) < 60
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        reconcile_cluster(cluster=cluster)
+        schedule_cluster(cluster_id=cluster.pk)
+        long.refresh_from_db()
+        if long.state in FINAL_STATES:
+            break
+        time.sleep(0.2)
+    short.refresh_from_db()
+    assert short.state == JobState.SUCCEEDED
+    assert long.state == JobState.SUCCEEDED, long.reason
+    assert [a.state for a in long.attempts.order_by("number")] == ["preempted", "succeeded"]
+    assert int(result.read_text()) == sum(step * step for step in range(1, 61))
+    second = long.attempts.get(number=2)
+    log = driver_for(cluster).logs(second.workload_id)
+    assert f"starting at step {int(saved.read_text())}" in log

@@ -125,8 +125,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "tenant", "queue", "cluster", "owner", "state", "reason", "position",
             "priority", "image", "command", "env", "resources", "replicas", "max_restarts",
-            "time_limit_s", "restarts", "exit_code", "placement", "borrowed", "created_at",
-            "queued_at", "started_at", "finished_at", "rerun_of",
+            "time_limit_s", "restarts", "exit_code", "placement", "borrowed", "attained_gpu_s",
+            "waited_s", "created_at", "queued_at", "started_at", "finished_at", "rerun_of",
         ]
 
     @extend_schema_field(ResourcesSerializer)

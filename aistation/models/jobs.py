@@ -43,6 +43,8 @@ class Job(TimeStampedModel):
     not_before = models.DateTimeField(null=True, blank=True)
     excluded_nodes = models.JSONField(default=list, blank=True)
     attained_gpu_s = models.FloatField(default=0)
+    # Seconds waited before the current wait (queued_at: when it began) or the current attempt.
+    waited_s = models.FloatField(default=0)
     # The current attempt's nodes (one per replica) while admitted or running.
     placement = models.JSONField(default=list, blank=True)
     borrowed = models.BooleanField(default=False)

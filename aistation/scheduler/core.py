@@ -10,8 +10,9 @@ The cycle, in order:
 3. Pass one, jobs within their quotas: queues interleave by priority and the tenants' shares
    (`policies`); each job is admitted against its queue's limit (hard), its tenant's quota and
    model limits, counting the starts made earlier in this cycle, then placed by best fit, all
-   replicas of a gang or none. A job that cannot be admitted or placed may preempt lower-priority
-   work of its own tenant, and a job within its quota that finds no room may reclaim other
+   replicas of a gang or none. A job that cannot be admitted or placed may preempt lower-ranked
+   work of its own tenant (lower priority, or in a fair queue a lower level that has run its
+   minimum run: `policies`), and a job within its quota that finds no room may reclaim other
    tenants' borrowed work, in both cases only if that lets it start now. Jobs over their quota
    wait for pass two.
 4. Pass two, borrowers: jobs over their tenant's quota (or a model limit) start on whatever is
@@ -20,7 +21,7 @@ The cycle, in order:
    numbers, and its position in its queue (among the jobs still waiting there).
 
 Speed: every pending job is looked at a few times per cycle, so the per-job path is short and
-everything that depends only on a job's class (shape, tenant, queue, priority) or shape is worked
+everything that depends only on a job's class (shape, tenant, queue, rank) or shape is worked
 out once per class or shape. Nodes sit in buckets by free GPUs (`placement`), so best fit is a
 short walk. What is known to fail stays known while capacity only shrinks and usage only grows:
 placements by shape, whole admission attempts by class (until anything starts, is preempted or
@@ -33,14 +34,27 @@ from __future__ import annotations
 
 import gc
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 from operator import itemgetter
 
 from . import reasons
 from .admission import Usage
 from .placement import Cluster, Picked, Shape
-from .policies import FAIR, FIFO, SortKey, order_pending, policy_of, share, waiting_since
+from .policies import (
+    DEFAULT_LEVELS_GPU_S,
+    DEFAULT_MIN_RUN_S,
+    DEFAULT_PROMOTE_AFTER_S,
+    DEFAULT_STARVATION_S,
+    FAIR,
+    FIFO,
+    Ranks,
+    SortKey,
+    order_pending,
+    policy_of,
+    share,
+    waiting_since,
+)
 from .preemption import RunningJob, fewest_victims
 from .types import Decisions, JobSnap, Preempt, QueueSnap, Snapshot, Start, TenantSnap, Wait
 
@@ -54,16 +68,27 @@ CapKey = int | tuple[int, frozenset[str]]
 NO_SHAPE = -1
 
 
-def schedule(snapshot: Snapshot, *, starvation_s: float = 900.0) -> Decisions:
+def schedule(
+    snapshot: Snapshot,
+    *,
+    starvation_s: float = DEFAULT_STARVATION_S,
+    levels_gpu_s: Sequence[float] = DEFAULT_LEVELS_GPU_S,
+    min_run_s: float = DEFAULT_MIN_RUN_S,
+    promote_after_s: float = DEFAULT_PROMOTE_AFTER_S,
+) -> Decisions:
     """Decide one cycle: which pending jobs start where, what is preempted, and why the rest
-    wait. `starvation_s` is the age after which a job that could start within its quotas goes
-    first and gets nodes reserved for it (see `aistation.scheduler.policies`)."""
+    wait. `starvation_s` is how long a job that could start within its quotas waits before it
+    goes first and gets nodes reserved for it; `levels_gpu_s` are the attained services at which
+    a job of a fair queue drops a level, `min_run_s` how long an attempt runs before a job of a
+    higher level may preempt it, and `promote_after_s` how long a job waits in all before it is
+    promoted to the top level (see `aistation.scheduler.policies`)."""
     # A cycle allocates tens of thousands of short-lived objects and keeps no reference
     # cycles: the collector's passes during it only add pauses (they set the p99).
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _Cycle(snapshot, starvation_s).run()
+        ranks = Ranks(levels_gpu_s, promote_after_s)
+        return _Cycle(snapshot, starvation_s, ranks, min_run_s).run()
     finally:
         if collecting:
             gc.enable()
@@ -107,13 +132,30 @@ def _below(by_priority: dict[int, int] | None, priority: int) -> int:
 
 
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, starvation_s: float) -> None:
-        self.now = snapshot.now
+    def __init__(
+        self, snapshot: Snapshot, starvation_s: float, ranks: Ranks, min_run_s: float
+    ) -> None:
+        self.now = now = snapshot.now
         self.starvation_s = starvation_s
+        self.ranks = ranks
+        self.min_run_s = min_run_s
         self.cluster = cluster = Cluster(snapshot.nodes)
         self.usage = Usage()
         pending = self.pending = snapshot.pending
-        # Pending jobs fall in a few classes (shape, tenant, queue, priority), and into fewer
+        queues = {q.key: _Queue(q) for q in snapshot.queues}
+        for job in pending:
+            if job.queue not in queues:
+                queues[job.queue] = _Queue(QueueSnap(key=job.queue, tenant=job.tenant))
+        self.queues = queues
+        # Jobs go by rank: their priority, then, in a fair queue, their level (`policies`).
+        rank = ranks.rank
+        self.fair_queues = fair_queues = {key for key, queue in queues.items() if queue.fair}
+        ranked = [
+            rank(job.priority, job.attained_gpu_s, job.waited_s + now - job.submitted_at)
+            if job.queue in fair_queues else rank(job.priority, 0.0)
+            for job in pending
+        ]
+        # Pending jobs fall in a few classes (shape, tenant, queue, rank), and into fewer
         # shapes: number both once, take whatever depends on them from the class, and key every
         # cache by those numbers.
         classes: dict[tuple[str, int, int, float, int, frozenset[str], str, str, int], int] = {}
@@ -128,12 +170,13 @@ class _Cycle:
                     job.excluded_nodes,
                     job.tenant,
                     job.queue,
-                    job.priority,
+                    job_rank,
                 ),
                 len(classes),
             )
-            for job in pending
+            for job, job_rank in zip(pending, ranked, strict=True)
         ]
+        self.rank = ranked
         self.tenants: dict[str, TenantSnap] = {t.name: t for t in snapshot.tenants}
         for name in {key[6] for key in classes} | {job.tenant for job in snapshot.running}:
             if name not in self.tenants:
@@ -147,29 +190,24 @@ class _Cycle:
         # tenant's quota (non-borrowed work) and of each queue's limit.
         self.quota_by_priority: dict[str, dict[int, int]] = {}
         self.queue_by_priority: dict[str, dict[int, int]] = {}
-        self._account_running(snapshot.running)
+        self._account_running(snapshot.running, now)
         cluster.build_index()
-        # Own work to preempt: lowest priority first, then the most recently started.
+        # Own work to preempt: lowest rank first, then the most recently started.
         self.own_priorities: dict[str, list[int]] = {}
         for tenant_name, own in self.by_tenant.items():
-            own.sort(key=lambda r: (r.job.priority, -_started_at(r)))
-            self.own_priorities[tenant_name] = [r.job.priority for r in own]
+            own.sort(key=lambda r: (r.rank, -_started_at(r)))
+            self.own_priorities[tenant_name] = [r.rank for r in own]
         self.borrowed_running.sort(key=lambda r: -_started_at(r))
 
-        queues = {q.key: _Queue(q) for q in snapshot.queues}
-        for key in classes:
-            if key[7] not in queues:
-                queues[key[7]] = _Queue(QueueSnap(key=key[7], tenant=key[6]))
-        self.queues = queues
         names = sorted({key[6] for key in classes})
-        rank = {name: r for r, name in enumerate(names)}
+        tenant_rank = {name: r for r, name in enumerate(names)}
         ids: dict[Shape, int] = {}
         shape_of_class = [ids.setdefault(key[:6], len(ids)) for key in classes]
         shape_list = self.shape_list = list(ids)
         never_of_shape = [self._never(shape) for shape in shape_list]
         queue_of_class = self.queue_of_class = [queues[key[7]] for key in classes]
         self.need_of_class = [key[1] * key[2] for key in classes]
-        rank_of_class = [rank[key[6]] for key in classes]
+        rank_of_class = [tenant_rank[key[6]] for key in classes]
         never_of_class: list[str | None] = []
         for key, shape, queue in zip(classes, shape_of_class, queue_of_class, strict=True):
             text = never_of_shape[shape]
@@ -219,9 +257,10 @@ class _Cycle:
 
     # -- setting up ---------------------------------------------------------------------------
 
-    def _account_running(self, jobs: Sequence[JobSnap]) -> None:
+    def _account_running(self, jobs: Sequence[JobSnap], now: float) -> None:
         """Capacity, usage and the preemption candidates, from the running jobs (one loop: it
-        runs for every running job in every cycle)."""
+        runs for every running job in every cycle). A running job's attained service counts its
+        current attempt."""
         cluster = self.cluster
         index_of, node_model = cluster.index_of, cluster.node_model
         free_gpus, free_cpu, free_mem = cluster.free_gpus, cluster.free_cpu, cluster.free_mem
@@ -232,6 +271,7 @@ class _Cycle:
         by_queue_priority, by_quota_priority = self.queue_by_priority, self.quota_by_priority
         by_tenant, borrowed_running = self.by_tenant, self.borrowed_running
         limited = {name for name, tenant in self.tenants.items() if tenant.gpu_model_limits}
+        rank, fair_queues = self.ranks.rank, self.fair_queues
         for job in jobs:
             g, c, m = job.gpus_per_replica, job.cpu_per_replica, job.memory_mib_per_replica
             nodes = tuple([index_of.get(name) for name in job.placement])
@@ -242,7 +282,14 @@ class _Cycle:
                     free_mem[node] -= m
                     if g > biggest[node]:
                         biggest[node] = g
-            tenant, queue, priority, gpus = job.tenant, job.queue, job.priority, job.gpus
+            tenant, queue, gpus = job.tenant, job.queue, job.gpus
+            if queue in fair_queues:
+                attained = job.attained_gpu_s
+                if job.started_at is not None and job.started_at < now:
+                    attained += gpus * (now - job.started_at)
+                priority = rank(job.priority, attained, job.waited_s)
+            else:
+                priority = rank(job.priority, 0.0)
             running_gpus[tenant] = running_gpus.get(tenant, 0) + gpus
             queue_used[queue] = queue_used.get(queue, 0) + gpus
             by_priority = by_queue_priority.get(queue)
@@ -265,7 +312,7 @@ class _Cycle:
                         model_gpus[job.gpu_model] = gpus
                     for model, count in model_gpus.items():
                         model_used[(tenant, model)] = model_used.get((tenant, model), 0) + count
-            running = RunningJob(job, nodes, model_gpus)
+            running = RunningJob(job, nodes, model_gpus, priority)
             own = by_tenant.get(tenant)
             if own is None:
                 own = by_tenant[tenant] = []
@@ -273,12 +320,13 @@ class _Cycle:
             if job.borrowed:
                 borrowed_running.append(running)
 
-    def _count_preemptible(self, job: JobSnap, sign: int) -> None:
+    def _count_preemptible(self, running: RunningJob, sign: int) -> None:
+        job = running.job
         by_queue = self.queue_by_priority.setdefault(job.queue, {})
-        by_queue[job.priority] = by_queue.get(job.priority, 0) + sign * job.gpus
+        by_queue[running.rank] = by_queue.get(running.rank, 0) + sign * job.gpus
         if not job.borrowed:
             by_quota = self.quota_by_priority.setdefault(job.tenant, {})
-            by_quota[job.priority] = by_quota.get(job.priority, 0) + sign * job.gpus
+            by_quota[running.rank] = by_quota.get(running.rank, 0) + sign * job.gpus
 
     def _never(self, shape: Shape) -> str | None:
         """Why no state of the cluster could ever hold this job, or None."""
@@ -483,7 +531,7 @@ class _Cycle:
             return self._borrow(i, tenant, "")
         if allowed is None:
             hopeless = (job.tenant, self.shape_id[i])
-            if self._hopeless.get(hopeless, _NEVER_TRIED) >= job.priority:
+            if self._hopeless.get(hopeless, _NEVER_TRIED) >= self.rank[i]:
                 self._wait(i, "", cap=self.shape_id[i])
                 return WAITING
         picked = self._place(i, allowed)
@@ -494,7 +542,7 @@ class _Cycle:
             return STARTED
         if allowed is not None:  # the limits kept it off nodes it could borrow
             return DEFERRED if phase == 1 else self._borrow(i, tenant, limits_text)
-        self._hopeless[hopeless] = max(self._hopeless.get(hopeless, _NEVER_TRIED), job.priority)
+        self._hopeless[hopeless] = max(self._hopeless.get(hopeless, _NEVER_TRIED), self.rank[i])
         self._wait(i, "", cap=self.shape_id[i])
         return WAITING
 
@@ -567,27 +615,30 @@ class _Cycle:
     # -- preemption ---------------------------------------------------------------------------
 
     def _preempt_own(self, i: int, queue: _Queue, allowed: Allowed) -> bool:
-        """Preempt the tenant's own lower-priority work if, and only if, that starts job i now."""
+        """Preempt the tenant's own lower-ranked work if, and only if, that starts job i now: work
+        of a lower priority, or, at the same priority, of a lower level that has run its
+        minimum run time."""
         job = self.pending[i]
+        rank = self.rank[i]
         own = self.by_tenant.get(job.tenant)
-        if not own or own[0].job.priority >= job.priority:
+        if not own or own[0].rank >= rank:
             return False
         tenant = self.tenants[job.tenant]
         usage = self.usage
         need = self.need[i]
         need_quota = usage.quota_used.get(job.tenant, 0) + need - tenant.gpu_quota
-        if need_quota > 0 and _below(self.quota_by_priority.get(job.tenant), job.priority) < (
+        if need_quota > 0 and _below(self.quota_by_priority.get(job.tenant), rank) < (
             need_quota
         ):
             return False
         limit = queue.limit
         need_queue = usage.queue_used.get(queue.key, 0) + need - limit if limit is not None else 0
-        if need_queue > 0 and _below(self.queue_by_priority.get(queue.key), job.priority) < (
+        if need_queue > 0 and _below(self.queue_by_priority.get(queue.key), rank) < (
             need_queue
         ):
             return False
         shape = self.shapes[i]
-        memo = (job.tenant, queue.key, job.priority, self.shape_id[i], allowed)
+        memo = (job.tenant, queue.key, rank, self.shape_id[i], allowed)
         if memo in self._no_victims:
             return False
         model = shape[0]
@@ -606,20 +657,45 @@ class _Cycle:
                 running.model_gpus.get(model, 0),
             )
 
-        below = bisect_left(self.own_priorities[job.tenant], job.priority)
+        below = bisect_left(self.own_priorities[job.tenant], rank)
+        candidates = own[:below]
+        if self.min_run_s > 0:
+            # Below it by level only: not before the minimum run time, or jobs of neighbouring
+            # levels would take turns at every cycle, paying restarts for nothing.
+            settled = self.now - self.min_run_s
+            candidates = [
+                r for r in candidates
+                if r.job.priority < job.priority or _started_at(r) <= settled
+            ]
         victims = fewest_victims(
             self.cluster,
             shape,
             allowed,
             (need_queue, need_quota, need_model),
-            own[:below],
+            candidates,
             gains,
         )
         if victims is None:
             self._no_victims.add(memo)
             return False
-        self._preempt_and_start(i, allowed, victims, reasons.preempted_by(job.id, job.priority))
+
+        def reason(victim: RunningJob) -> str:
+            if victim.job.priority < job.priority:
+                return reasons.preempted_by(job.id, job.priority)
+            return reasons.preempted_for_less_served(
+                job.id, self.attained(victim), self.ranks.level(victim.job.attained_gpu_s),
+                self.ranks.level(self.attained(victim), victim.job.waited_s))
+
+        self._preempt_and_start(i, allowed, victims, reason)
         return True
+
+    def attained(self, running: RunningJob) -> float:
+        """GPU-seconds the running job has held, its current attempt included."""
+        job = running.job
+        started = job.started_at
+        if started is None or started >= self.now:
+            return job.attained_gpu_s
+        return job.attained_gpu_s + job.gpus * (self.now - started)
 
     def _reclaim(self, i: int, allowed: Allowed) -> bool:
         """Take back other tenants' borrowed work if, and only if, that starts job i now."""
@@ -635,11 +711,13 @@ class _Cycle:
         if victims is None:
             self._no_victims.add(memo)
             return False
-        self._preempt_and_start(i, allowed, victims, reasons.reclaimed(job.tenant, job.id))
+        reclaimed = reasons.reclaimed(job.tenant, job.id)
+        self._preempt_and_start(i, allowed, victims, lambda victim: reclaimed)
         return True
 
     def _preempt_and_start(
-        self, i: int, allowed: Allowed, victims: list[RunningJob], reason: str
+        self, i: int, allowed: Allowed, victims: list[RunningJob],
+        reason: Callable[[RunningJob], str],
     ) -> None:
         """Preempt the victims and start job i in the room they leave. What is known to fail
         stays known unless this left more room or quota somewhere than there was before."""
@@ -652,7 +730,7 @@ class _Cycle:
         queue = [(q, usage.queue_used.get(q, 0)) for q in {j.queue for j in jobs}]
         model = [(k, used) for k, used in usage.model_used.items() if k[0] in tenants]
         for victim in victims:
-            self._preempt(victim, reason)
+            self._preempt(victim, reason(victim))
         picked = cluster.place(self.shapes[i], allowed)
         # The search counted exactly the room `place` walks, so this cannot miss.
         assert picked is not None, f"job {self.pending[i].id} did not fit after preemption"
@@ -674,7 +752,7 @@ class _Cycle:
     def _preempt(self, running: RunningJob, reason: str) -> None:
         running.preempted = True
         job = running.job
-        self._count_preemptible(job, -1)
+        self._count_preemptible(running, -1)
         for node in running.nodes:
             if node is not None:
                 self.cluster.release(
@@ -692,9 +770,16 @@ class _Cycle:
         reserved (its queue's other starving jobs then wait for the passes)."""
         threshold = self.now - self.starvation_s
         never, queue_of = self.never_text, self.queue_of
-        # (since, -priority, id, index), from the sort keys.
+        # (since, -priority, id, index), from the sort keys; since goes back by earlier waits.
+        pending = self.pending
+
+        def entry(k: SortKey) -> tuple[float, int, int, int]:
+            # Levels play no part here: by priority, then by the whole time waited.
+            job = pending[k[5]]
+            return ((k[3] if k[3] >= k[6] else k[6]) - job.waited_s, -job.priority, k[4], k[5])
+
         starving = [
-            (k[3] if k[3] >= k[6] else k[6], k[1], k[4], k[5])
+            entry(k)
             for run in self.runs
             for k in run.order
             if k[3] < threshold
@@ -712,7 +797,7 @@ class _Cycle:
                     heads[queue] = k
         for k in heads.values():
             if k[3] < threshold and k[6] < threshold:
-                starving.append((k[3] if k[3] >= k[6] else k[6], k[1], k[4], k[5]))
+                starving.append(entry(k))
         if not starving:
             return
         starving.sort(key=itemgetter(2))  # (stable sorts: id, then age, then priority)
@@ -761,7 +846,7 @@ class _Cycle:
         waited = self.now - waiting_since(job)
         shape = self.shapes[i]
         hopeless = (job.tenant, self.shape_id[i])
-        if allowed is not None or self._hopeless.get(hopeless, _NEVER_TRIED) < job.priority:
+        if allowed is not None or self._hopeless.get(hopeless, _NEVER_TRIED) < self.rank[i]:
             picked = self._place(i, allowed)
             if picked is not None:
                 self._start(i, picked, borrowed=False, waited=waited)
@@ -769,7 +854,7 @@ class _Cycle:
             if self._reclaim(i, allowed) or self._preempt_own(i, queue, allowed):
                 return False
             if allowed is None:
-                self._hopeless[hopeless] = job.priority
+                self._hopeless[hopeless] = self.rank[i]
         nodes = self.cluster.pick_reservation(shape, allowed, self.biggest_running)
         if nodes is None:
             return False

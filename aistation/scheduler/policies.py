@@ -1,5 +1,5 @@
-"""Queue policies: the order in which pending jobs are considered, how tenants take turns, and
-the starvation bound.
+"""Queue policies: the order in which pending jobs are considered, how tenants take turns, whom
+a job may preempt, and the bounds against starvation.
 
 Every policy puts higher priority first. Then:
 
@@ -7,13 +7,27 @@ Every policy puts higher priority first. Then:
   queue (a job that can never fit does not block, or the queue would stop for good).
 - ``backfill``: submission order, and later jobs start wherever they fit.
 - ``fair`` (the default): duration-agnostic, using only what is known at submission and while
-  running, never a runtime estimate: the tenant furthest below its fair share first (its running
-  GPUs over its quota, lowest first), then the least attained service (GPU-seconds so far), then
-  the oldest. Backfill is allowed.
+  running (GPUs requested, attained service, waits, priority), never a runtime estimate. It is
+  a discretised least-attained-service policy, as in Tiresias (NSDI'19): a job's *level* drops
+  at each threshold of ``levels_gpu_s`` its attained service (GPU-seconds held, all attempts,
+  the running one included) passes, and at equal priority a job of a higher level goes first
+  and may preempt its tenant's work of a lower level once that attempt has run ``min_run_s``.
+  Short jobs finish early instead of queueing behind long ones; long jobs lose only time, not
+  work (a preempted job keeps its checkpoint and resumes). Within a level: the tenant furthest
+  below its fair share first (its running GPUs over its quota), then the least attained service,
+  then the oldest. Backfill is allowed. Preemption stays within a tenant: other tenants'
+  work inside their quotas is never touched (borrowed capacity is reclaimed as before).
 
-A tenant's queues are merged by (priority, attained service in fair queues, age); tenants take
-turns by (priority, share, attained service, age) of their next job, the share recomputed as the
-cycle starts work, so equal-priority tenants interleave towards their fair shares.
+A job's rank (``Ranks``) is its priority, then its level; jobs of fifo and backfill queues rank at
+the top level of their priority. A tenant's queues are merged by (rank, attained service in fair
+queues, age); tenants take turns by (rank, share, attained service, age) of their next job, the
+share recomputed as the cycle starts work, so equal tenants interleave towards their fair shares.
+
+Two bounds keep the long jobs moving. Promotion: a job of a fair queue that has waited
+``promote_after_s`` in all (its waits since submission added up, whatever preempted it) ranks at
+the top level for good: it preempts lower levels to start and is not preempted by level again.
+No job waits much longer than that in all, whatever keeps arriving, at the price of running some
+long jobs uninterrupted.
 
 Starvation bound. Backfill lets small jobs overtake a big one, and a steady stream of small jobs
 could keep it waiting for ever. Classic backfill (EASY, conservative) prevents that with a time
@@ -21,32 +35,66 @@ reservation: it computes when the big job's nodes will be free from the running 
 This scheduler never knows a duration (users' estimates are famously wrong, and the fair policy
 promises not to use them), so no start time can be computed. What a duration-agnostic scheduler
 can honour is an age bound: once a job that could start within its quotas has waited longer than
-``starvation_s`` (counted from submission, or from the end of its retry backoff), it goes first,
-before younger work; if it still cannot be placed, the nodes that would hold it soonest (the most
-free GPUs of its model, then the smallest running jobs) are reserved for it: nothing else starts
-there, so their running work drains and it starts, while other jobs keep backfilling on the
-nodes that are not reserved. Starving jobs go by priority, then by how long they have waited
-(not by attained service, or a stream of newer jobs with less service could keep an old one
-behind them); each queue gets one reservation at a time, for its first starving job that cannot
-start. So that job starts at most ``starvation_s`` plus the time its reserved nodes take to drain
-(about the longest run of the jobs on them) after it was submitted, whatever arrives behind it;
-the queue's next starving job gets its reservation in the cycle after, and so on. Only higher
-priority, its tenant's quota, its queue's limit and reclaims of borrowed work come first. A fifo
-queue's head is covered too: strict order inside the queue does not stop other queues'
-jobs from taking the capacity it waits for.
+``starvation_s`` in its current wait (from submission, the preemption that put it back, or the
+end of its retry backoff), it goes first, before younger work; if it still cannot be placed, the
+nodes that would hold it soonest (the most free GPUs of its model, then the smallest running jobs)
+are reserved for it: nothing else starts there, so their running work drains and it starts,
+while other jobs keep backfilling on the nodes that are not reserved. Starving jobs go by
+priority, then by how long they have waited in all (not by level or attained service, or a stream
+of newer jobs with less service could keep an old one behind them); each queue gets one
+reservation at a time, for its first starving job that cannot start. So that job starts at most
+``starvation_s`` plus the time its reserved nodes take to drain (about the longest run of the
+jobs on them) after its wait began, whatever arrives behind it; the queue's next starving job gets
+its reservation in the cycle after, and so on. Only higher priority, its tenant's quota, its
+queue's limit and reclaims of borrowed work come first. A fifo queue's head is covered too: strict
+order inside the queue does not stop other queues' jobs from taking the capacity it waits for.
+
+The defaults below were chosen on the Microsoft ITP traces (`bench/trace_replay.py`, report in
+`bench/results/trace_replay.md`); the platform's settings override them.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from operator import itemgetter
 
 from .types import JobSnap, QueueSnap
 
+# A job that could start within its quotas and has waited this long goes first (see above).
+DEFAULT_STARVATION_S = 900.0
+# The fair policy's level thresholds: 1 and 8 GPU-hours of attained service.
+DEFAULT_LEVELS_GPU_S = (3600.0, 28800.0)
+# An attempt runs 10 minutes before a job of a higher level (same priority) may preempt it.
+DEFAULT_MIN_RUN_S = 600.0
+# A job that has waited 36 hours in all is promoted to the top level for good.
+DEFAULT_PROMOTE_AFTER_S = 129600.0
+
 FIFO = "fifo"
 BACKFILL = "backfill"
 FAIR = "fair"
 POLICIES = (FIFO, BACKFILL, FAIR)
+
+
+class Ranks:
+    """A job's rank: its priority first, then, in a fair queue, its level (fewer GPU-seconds of
+    service so far, higher level). Jobs of other queues rank at the top level of their priority.
+    Ranks order pending jobs and say whom a job may preempt."""
+
+    def __init__(self, levels_gpu_s: Sequence[float], promote_after_s: float) -> None:
+        self.thresholds = sorted(float(level) for level in levels_gpu_s)
+        self.span = len(self.thresholds) + 1
+        self.promote_after_s = promote_after_s
+
+    def level(self, attained_gpu_s: float, waited_s: float = 0.0) -> int:
+        """0 for a job with less service than the first threshold, then 1, 2...; 0 again once
+        it has waited `promote_after_s` in all."""
+        if waited_s >= self.promote_after_s:
+            return 0
+        return bisect_right(self.thresholds, attained_gpu_s)
+
+    def rank(self, priority: int, attained_gpu_s: float, waited_s: float = 0.0) -> int:
+        return priority * self.span + (self.span - 1 - self.level(attained_gpu_s, waited_s))
 
 
 def policy_of(queue: QueueSnap) -> str:

@@ -20,6 +20,7 @@ class RunningJob:
     job: JobSnap
     nodes: tuple[int | None, ...]  # node number per replica; None for a node not in the snapshot
     model_gpus: dict[str, int] = field(default_factory=dict)  # GPUs held per node GPU model
+    rank: int = 0  # its priority and level (`policies.Ranks`): lower ranks are preempted first
     preempted: bool = False
 
 

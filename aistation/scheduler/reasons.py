@@ -198,5 +198,11 @@ def preempted_by(job_id: int, priority: int) -> str:
     return f"preempted by job {job_id} (priority {priority})"
 
 
+def preempted_for_less_served(job_id: int, attained_gpu_s: float, was: int, now: int) -> str:
+    levels = f"level {was} → {now}" if now != was else f"level {now}"
+    return (f"preempted for job {job_id}, which has had less service: attained "
+            f"{attained_gpu_s / 3600:.1f} GPU-hours, {levels}")
+
+
 def reclaimed(tenant: str, job_id: int) -> str:
     return f"reclaimed: tenant {tenant} needs its quota back for job {job_id}"

@@ -52,6 +52,7 @@ class JobSnap:
     attained_gpu_s: float = 0.0  # GPU-seconds of service received so far, all attempts
     excluded_nodes: frozenset[str] = frozenset()  # nodes an earlier attempt failed on
     not_before: float = 0.0  # retry backoff: not started before this time
+    waited_s: float = 0.0  # time spent waiting before its current wait (or run) began
 
     @property
     def gpus(self) -> int:

@@ -162,6 +162,7 @@ def attempt_end(attempt: Attempt, *, failed: bool, exit_code: int | None, reason
         job.restarts += 1
         delay = retry_delay(job.restarts)
         job.not_before = now + delay
+        job.queued_at = now
         job_transition(
             job, JobState.RESTARTING,
             f"attempt {attempt.number} failed: {reason}; restart {job.restarts} of "

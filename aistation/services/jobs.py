@@ -109,6 +109,8 @@ def job_cancel(*, actor, job: Job) -> Job:
         raise ValidationError({"state": f"Job {job.pk} already {job.state}; nothing to cancel."})
     job.finished_at = timezone.now()
     job.position = None
+    if job.state == JobState.QUEUED and job.queued_at:
+        job.waited_s += (job.finished_at - job.queued_at).total_seconds()
     job_transition(job, JobState.CANCELLED, f"cancelled by {actor.get_username()}")
     audit_record(actor=actor, action="job.cancel", obj=job, tenant=job.tenant)
     # Its processes are stopped after commit; reconcile stops them if that message is lost.

@@ -47,12 +47,12 @@ def _ts(moment: datetime | None) -> float:
 PENDING_FIELDS = (
     "id", "queue_id", "reason", "position", "priority", "submitted", "gpus_per_replica",
     "replicas", "cpu_per_replica", "memory_mib_per_replica", "gpu_model", "attained_gpu_s",
-    "excluded_nodes", "not_before",
+    "excluded_nodes", "not_before", "waited_s",
 )
 RUNNING_FIELDS = (
     "id", "queue_id", "priority", "gpus_per_replica", "replicas", "cpu_per_replica",
-    "memory_mib_per_replica", "gpu_model", "placement", "started_at", "borrowed",
-    "attained_gpu_s",
+    "memory_mib_per_replica", "gpu_model", "placement", "borrowed", "attained_gpu_s",
+    "waited_s",
 )
 
 
@@ -63,19 +63,21 @@ def _pending_snap(row: dict, tenant: str, queue: str) -> JobSnap:
         replicas=row["replicas"], cpu_per_replica=row["cpu_per_replica"],
         memory_mib_per_replica=row["memory_mib_per_replica"], gpu_model=row["gpu_model"],
         attained_gpu_s=row["attained_gpu_s"], excluded_nodes=frozenset(row["excluded_nodes"]),
-        not_before=_ts(row["not_before"]),
+        not_before=_ts(row["not_before"]), waited_s=row["waited_s"],
     )
 
 
-def _running_snap(row: dict, tenant: str, queue: str) -> JobSnap:
-    # A running job's submission time plays no part in a decision.
+def _running_snap(row: dict, tenant: str, queue: str, started: datetime | None) -> JobSnap:
+    # A running job's submission time plays no part in a decision; `started` is its current
+    # attempt's start (the core adds that attempt's service to the attained service).
     return JobSnap(
         id=row["id"], tenant=tenant, queue=queue, priority=row["priority"], submitted_at=0.0,
         gpus_per_replica=row["gpus_per_replica"], replicas=row["replicas"],
         cpu_per_replica=row["cpu_per_replica"],
         memory_mib_per_replica=row["memory_mib_per_replica"], gpu_model=row["gpu_model"],
-        placement=tuple(row["placement"]), started_at=_ts(row["started_at"]) or None,
+        placement=tuple(row["placement"]), started_at=_ts(started) or None,
         borrowed=row["borrowed"], attained_gpu_s=row["attained_gpu_s"],
+        waited_s=row["waited_s"],
     )
 
 
@@ -97,7 +99,9 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
                 .annotate(submitted=Coalesce("queued_at", "created_at")).values(*PENDING_FIELDS))
     keys = {pk: (q.tenant.name, f"{q.tenant.name}/{q.name}") for pk, q in queues.items()}
     pending = [_pending_snap(row, *keys[row["queue_id"]]) for row in rows]
-    running = [_running_snap(row, *keys[row["queue_id"]])
+    started = dict(Attempt.objects.filter(cluster=cluster, state__in=LIVE_ATTEMPT_STATES)
+                   .values_list("job_id", "started_at"))
+    running = [_running_snap(row, *keys[row["queue_id"]], started.get(row["id"]))
                for row in jobs.filter(state__in=ACTIVE_STATES).values(*RUNNING_FIELDS)]
     snapshot = Snapshot(
         now=now.timestamp(),
@@ -158,6 +162,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
     stopped = _apply_preemptions(decisions, jobs, now, events, result)
 
     attempts = []
+    waited: dict[int, float] = {}
     by_placement: dict[tuple[str, ...], list[int]] = defaultdict(list)
     for start in decisions.starts:
         job = jobs[start.job_id]
@@ -168,6 +173,8 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
         ))
         by_placement[start.placement].append(job.pk)
         result.started.append(job.pk)
+        row = rows[job.pk]
+        waited[job.pk] = row["waited_s"] + max(0.0, (now - row["submitted"]).total_seconds())
     Attempt.objects.bulk_create(attempts, batch_size=1000)
     for attempt in attempts:
         nodes = ", ".join(sorted(set(attempt.placement))) or "no node"
@@ -180,6 +187,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
     # Jobs usually share a node, so one UPDATE per distinct placement stays short.
     for placement, ids in by_placement.items():
         Job.objects.filter(pk__in=ids).update(placement=list(placement))
+    bulk_set(Job, "waited_s", waited)
     JobEvent.objects.bulk_create(events, batch_size=1000)
     return attempts, stopped
 
@@ -208,13 +216,24 @@ def _apply_preemptions(decisions: Decisions, jobs: dict[int, Job], now: datetime
             job.attained_gpu_s += job.gpus * (now - attempt.started_at).total_seconds()
         events.append(_event(job, JobState.PREEMPTED, reasons[job.pk], attempt))
         events.append(_event(job, JobState.QUEUED, "back in its queue after preemption"))
-        job.placement, job.borrowed, job.updated_at = [], False, now
+        job.placement, job.borrowed, job.updated_at, job.queued_at = [], False, now, now
         result.preempted.append(job.pk)
     Attempt.objects.bulk_update(stopped, ["state", "finished_at", "reason"])
     Job.objects.bulk_update([jobs[a.job_id] for a in stopped],
                             ["state", "reason", "placement", "borrowed", "attained_gpu_s",
-                             "updated_at"])
+                             "queued_at", "updated_at"])
     return stopped
+
+
+def policy_settings() -> dict:
+    """The policy settings the operator set; the core's defaults stand for the others."""
+    chosen = {
+        "starvation_s": settings.OGAI_SCHEDULER_STARVATION_S,
+        "levels_gpu_s": settings.OGAI_SCHEDULER_LEVELS_GPU_S,
+        "min_run_s": settings.OGAI_SCHEDULER_MIN_RUN_S,
+        "promote_after_s": settings.OGAI_SCHEDULER_PROMOTE_AFTER_S,
+    }
+    return {name: value for name, value in chosen.items() if value is not None}
 
 
 def schedule_cluster(*, cluster_id: int, requested_at: float | None = None) -> CycleResult:
@@ -234,7 +253,7 @@ def schedule_cluster(*, cluster_id: int, requested_at: float | None = None) -> C
         snapshot, rows = load_snapshot(cluster, now)
         if not snapshot.pending:
             return result
-        decisions = schedule(snapshot, starvation_s=settings.OGAI_SCHEDULER_STARVATION_S)
+        decisions = schedule(snapshot, **policy_settings())
         attempts, stopped = _apply(decisions, rows, cluster, now, result)
     # Stop the preempted first: the new work takes their place on the same GPUs.
     attempts_stop(cluster, stopped)

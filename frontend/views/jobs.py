@@ -145,8 +145,8 @@ def _status_context(job) -> dict:
         "attempts": sorted(job.attempts.all(), key=lambda attempt: attempt.number),
         "events": list(job.events.all()),
         "ran_s": ((finished or now) - started).total_seconds() if running else None,
-        "waited_s": ((started or finished or now) - job.queued_at).total_seconds()
-        if job.queued_at else None,
+        "waited_s": job.waited_s + ((now - job.queued_at).total_seconds()
+                                    if job.state == JobState.QUEUED and job.queued_at else 0),
     }
 
 
