@@ -13,11 +13,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ogai-installed
 TEST_DATA_DIR := $(CURDIR)/var/test
 
-.PHONY: help install run test lint check-migrations schema chromium clean
+.PHONY: help install run test lint check-migrations schema chromium trace-report clean
 
 help:
 	@echo "make run    install, migrate, seed the demo and start web + worker + beat (Ctrl-C stops)"
 	@echo "make test   ruff, import contracts, migrations check, OpenAPI schema, pytest"
+	@echo "make trace-report   replay the GPU job traces under every policy; writes bench/results/"
 
 $(PY):
 	$(PYTHON_FOR_VENV) -m venv $(VENV)
@@ -58,6 +59,11 @@ chromium:
 
 test: install lint check-migrations schema chromium
 	OGAI_DATA_DIR=$(TEST_DATA_DIR) $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The scheduler on real traces (../shared/data/traces): bench/results/trace_replay.md and its chart.
+trace-report: install
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(PY) bench/trace_replay.py --report
 
 clean:
 	rm -rf var/test .pytest_cache .ruff_cache
