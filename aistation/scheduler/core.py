@@ -33,9 +33,10 @@ before they start, and reasons about room are worded once per shape at the end.
 from __future__ import annotations
 
 import gc
-from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush
+from itertools import islice
 from operator import itemgetter
 
 from . import reasons
@@ -147,14 +148,18 @@ class _Cycle:
             if job.queue not in queues:
                 queues[job.queue] = _Queue(QueueSnap(key=job.queue, tenant=job.tenant))
         self.queues = queues
-        # Jobs go by rank: their priority, then, in a fair queue, their level (`policies`).
-        rank = ranks.rank
+        # Jobs go by rank: their priority, then, in a fair queue, their level (`policies`);
+        # `Ranks.rank` written out, as it runs for every pending job.
         self.fair_queues = fair_queues = {key for key, queue in queues.items() if queue.fair}
-        ranked = [
-            rank(job.priority, job.attained_gpu_s, job.waited_s + now - job.submitted_at)
-            if job.queue in fair_queues else rank(job.priority, 0.0)
-            for job in pending
-        ]
+        span, thresholds, promote = ranks.span, ranks.thresholds, ranks.promote_after_s
+        top, first = span - 1, thresholds[0] if thresholds else float("inf")
+        ranked = []
+        for job in pending:
+            level = 0
+            if (job.attained_gpu_s >= first and job.queue in fair_queues
+                    and job.waited_s + now - job.submitted_at < promote):
+                level = bisect_right(thresholds, job.attained_gpu_s)
+            ranked.append(job.priority * span + top - level)
         # Pending jobs fall in a few classes (shape, tenant, queue, rank), and into fewer
         # shapes: number both once, take whatever depends on them from the class, and key every
         # cache by those numbers.
@@ -272,6 +277,7 @@ class _Cycle:
         by_tenant, borrowed_running = self.by_tenant, self.borrowed_running
         limited = {name for name, tenant in self.tenants.items() if tenant.gpu_model_limits}
         rank, fair_queues = self.ranks.rank, self.fair_queues
+        young_since = now - self.min_run_s
         for job in jobs:
             g, c, m = job.gpus_per_replica, job.cpu_per_replica, job.memory_mib_per_replica
             nodes = tuple([index_of.get(name) for name in job.placement])
@@ -312,7 +318,8 @@ class _Cycle:
                         model_gpus[job.gpu_model] = gpus
                     for model, count in model_gpus.items():
                         model_used[(tenant, model)] = model_used.get((tenant, model), 0) + count
-            running = RunningJob(job, nodes, model_gpus, priority)
+            running = RunningJob(job, nodes, model_gpus, priority,
+                                 job.started_at is not None and job.started_at > young_since)
             own = by_tenant.get(tenant)
             if own is None:
                 own = by_tenant[tenant] = []
@@ -658,15 +665,12 @@ class _Cycle:
             )
 
         below = bisect_left(self.own_priorities[job.tenant], rank)
-        candidates = own[:below]
+        candidates: Iterable[RunningJob] = islice(own, below)
         if self.min_run_s > 0:
             # Below it by level only: not before the minimum run time, or jobs of neighbouring
             # levels would take turns at every cycle, paying restarts for nothing.
-            settled = self.now - self.min_run_s
-            candidates = [
-                r for r in candidates
-                if r.job.priority < job.priority or _started_at(r) <= settled
-            ]
+            priority = job.priority
+            candidates = (r for r in candidates if not r.young or r.job.priority < priority)
         victims = fewest_victims(
             self.cluster,
             shape,
@@ -773,13 +777,10 @@ class _Cycle:
         # (since, -priority, id, index), from the sort keys; since goes back by earlier waits.
         pending = self.pending
 
-        def entry(k: SortKey) -> tuple[float, int, int, int]:
-            # Levels play no part here: by priority, then by the whole time waited.
-            job = pending[k[5]]
-            return ((k[3] if k[3] >= k[6] else k[6]) - job.waited_s, -job.priority, k[4], k[5])
-
+        # Levels play no part here: by priority, then by the whole time waited.
         starving = [
-            entry(k)
+            ((k[3] if k[3] >= k[6] else k[6]) - pending[k[5]].waited_s, -pending[k[5]].priority,
+             k[4], k[5])
             for run in self.runs
             for k in run.order
             if k[3] < threshold
@@ -797,7 +798,9 @@ class _Cycle:
                     heads[queue] = k
         for k in heads.values():
             if k[3] < threshold and k[6] < threshold:
-                starving.append(entry(k))
+                job = pending[k[5]]
+                starving.append(
+                    ((k[3] if k[3] >= k[6] else k[6]) - job.waited_s, -job.priority, k[4], k[5]))
         if not starving:
             return
         starving.sort(key=itemgetter(2))  # (stable sorts: id, then age, then priority)

@@ -4,7 +4,7 @@ preempted for nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .placement import EPS, Cluster, Shape
@@ -21,6 +21,7 @@ class RunningJob:
     nodes: tuple[int | None, ...]  # node number per replica; None for a node not in the snapshot
     model_gpus: dict[str, int] = field(default_factory=dict)  # GPUs held per node GPU model
     rank: int = 0  # its priority and level (`policies.Ranks`): lower ranks are preempted first
+    young: bool = False  # within its minimum run: preempted only for a higher priority
     preempted: bool = False
 
 
@@ -115,7 +116,7 @@ def fewest_victims(
     shape: Shape,
     allowed: frozenset[str] | None,
     needs: tuple[int, int, int],
-    candidates: Sequence[RunningJob],
+    candidates: Iterable[RunningJob],
     gains: Gains | None = None,
 ) -> list[RunningJob] | None:
     """The victims, or None when even all the candidates together would not let the job start.
@@ -165,7 +166,7 @@ def _room_on_one_node(
     cluster: Cluster,
     shape: Shape,
     allowed: frozenset[str] | None,
-    candidates: Sequence[RunningJob],
+    candidates: Iterable[RunningJob],
 ) -> list[RunningJob] | None:
     """`fewest_victims` for the common case, one replica that only needs room: the same answer
     (the first node to have enough freed, in the candidates' order, then only the victims there

@@ -9,8 +9,11 @@ from podsys.drivers.base import Resources, Workload
 
 
 def job_checkpoint_dir(job: Job) -> Path:
-    """Survives across attempts, so a restarted job resumes from its newest checkpoint."""
-    return Path(settings.DATA_DIR) / "jobs" / str(job.pk) / "checkpoints"
+    """Survives across attempts, so a restarted job resumes from its newest checkpoint. Named by
+    the job's id and creation time: a database started afresh beside an old data directory
+    never hands a new job an old job's checkpoints."""
+    folder = f"{job.pk}-{job.created_at:%Y%m%dT%H%M%S%f}"
+    return Path(settings.DATA_DIR) / "jobs" / folder / "checkpoints"
 
 
 def attempt_workload(attempt: Attempt) -> Workload:
