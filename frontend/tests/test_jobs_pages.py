@@ -325,6 +325,16 @@ def test_job_page_shows_spec_attempts_and_history(signed_in, farm):
     assert 'hx-select-oob="#job-state,#job-reason,#job-actions,#job-history"' in content
 
 
+def test_job_page_shows_the_service_the_job_has_had(signed_in, farm):
+    job = farm.submit(gpus=4)
+    farm.cycle()
+    Job.objects.filter(pk=job.pk).update(attained_gpu_s=5040)  # earlier attempts: 1.4 h
+    content = signed_in(farm.world.alpha_member).get(
+        reverse("frontend:job", args=[job.pk])).content.decode()
+    assert "<dt>Service</dt>" in content
+    assert "1.4 GPU-hours" in content
+
+
 def test_a_waiting_job_says_why_and_where_it_stands(signed_in, farm):
     farm.submit(name="big", gpus=8, replicas=2)
     farm.cycle()

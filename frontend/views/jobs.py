@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
-from aistation.choices import ACTIVE_STATES, FINAL_STATES, JobState
+from aistation.choices import ACTIVE_STATES, FINAL_STATES, AttemptState, JobState
 from aistation.selectors import job_list, queue_list
 from aistation.services.jobs import job_cancel, job_rerun, job_submit
 from frontend.access import console_access, current_tenant
@@ -138,11 +138,17 @@ def _status_context(job) -> dict:
     # Run time only while it holds GPUs or once it ended: a job queued again after a restart
     # is not running.
     running = started and (finished or job.state in ACTIVE_STATES)
+    attempts = sorted(job.attempts.all(), key=lambda attempt: attempt.number)
+    # GPU time held so far: ended attempts, and the one running now (the fair policy's measure).
+    service_s = job.attained_gpu_s + sum(
+        job.gpus * (now - attempt.started_at).total_seconds()
+        for attempt in attempts if attempt.state == AttemptState.RUNNING and attempt.started_at)
     return {
         "job": job,
         "live": job.state not in FINAL_STATES,
         "waiting": job.state == JobState.QUEUED,
-        "attempts": sorted(job.attempts.all(), key=lambda attempt: attempt.number),
+        "attempts": attempts,
+        "service_gpu_h": service_s / 3600,
         "events": list(job.events.all()),
         "ran_s": ((finished or now) - started).total_seconds() if running else None,
         "waited_s": job.waited_s + ((now - job.queued_at).total_seconds()
