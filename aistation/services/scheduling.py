@@ -105,7 +105,7 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
                for row in jobs.filter(state__in=ACTIVE_STATES).values(*RUNNING_FIELDS)]
     snapshot = Snapshot(
         now=now.timestamp(),
-        nodes=tuple(
+        nodes=tuple(  # schedulable: `Node.takes_work`, read from plain values
             NodeSnap(name=name, gpus=gpus, gpu_model=model, cpu_cores=cpu, memory_mib=memory,
                      schedulable=schedulable and health == NodeHealth.HEALTHY)
             for name, gpus, model, cpu, memory, schedulable, health in
