@@ -162,10 +162,12 @@ def build_snapshot(seed: int = 7, nodes: int = NODES, pending: int = PENDING) ->
     )
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile by nearest rank (0 for no values)."""
     ordered = sorted(values)
-    rank = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[rank]
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def _baseline_loop() -> float:
@@ -190,7 +192,7 @@ def measure_cycle(cycles: int = 100, seed: int = 7) -> dict[str, Any]:
         schedule(snapshot)
         times.append((time.perf_counter() - started) * 1000)
     p50 = statistics.median(times)
-    p99 = _percentile(times, 0.99)
+    p99 = percentile(times, 0.99)
     loop = statistics.median(baseline)
     busy = sum(j.gpus for j in snapshot.running)
     print(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import statistics
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from scheduler_cycle import percentile  # noqa: E402  (bench/ is the script's folder)
 
 from aistation.scheduler.policies import BACKFILL, FAIR, FIFO  # noqa: E402
 from aistation.scheduler.replay import Replay, ReplayResult, TraceJob, remaining_s  # noqa: E402
@@ -55,13 +56,6 @@ def load_trace(name: str, limit: int | None = None) -> list[TraceJob]:
         TraceJob(i, float(r["submission_time"]), float(r["duration"]), int(r["num_gpu"]))
         for i, r in enumerate(rows)
     ]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
 def replay(jobs: list[TraceJob], nodes: int, policy: str, **options) -> tuple[ReplayResult, float]:

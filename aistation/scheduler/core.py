@@ -33,7 +33,7 @@ before they start, and reasons about room are worded once per shape at the end.
 from __future__ import annotations
 
 import gc
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush
 from itertools import islice
@@ -148,18 +148,9 @@ class _Cycle:
             if job.queue not in queues:
                 queues[job.queue] = _Queue(QueueSnap(key=job.queue, tenant=job.tenant))
         self.queues = queues
-        # Jobs go by rank: their priority, then, in a fair queue, their level (`policies`);
-        # `Ranks.rank` written out, as it runs for every pending job.
-        self.fair_queues = fair_queues = {key for key, queue in queues.items() if queue.fair}
-        span, thresholds, promote = ranks.span, ranks.thresholds, ranks.promote_after_s
-        top, first = span - 1, thresholds[0] if thresholds else float("inf")
-        ranked = []
-        for job in pending:
-            level = 0
-            if (job.attained_gpu_s >= first and job.queue in fair_queues
-                    and job.waited_s + now - job.submitted_at < promote):
-                level = bisect_right(thresholds, job.attained_gpu_s)
-            ranked.append(job.priority * span + top - level)
+        # Jobs go by rank: their priority, then, in a fair queue, their level (`policies`).
+        self.fair_queues = {key for key, queue in queues.items() if queue.fair}
+        ranked = ranks.of_pending(pending, self.fair_queues, now)
         # Pending jobs fall in a few classes (shape, tenant, queue, rank), and into fewer
         # shapes: number both once, take whatever depends on them from the class, and key every
         # cache by those numbers.
