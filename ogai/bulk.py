@@ -8,8 +8,9 @@ from django.db import connection, models
 
 
 def bulk_set(model: type[models.Model], field: str, values: Mapping[int, Any]) -> int:
-    """Set `field` to values[pk] for each pk, in one UPDATE … FROM (VALUES …) statement.
-    For number and text columns (PostgreSQL, and SQLite from 3.33)."""
+    """Set `field` to values[pk] for each pk, in one UPDATE … FROM (VALUES …) statement
+    (PostgreSQL, and SQLite from 3.33). Values go through the field's own conversion, so JSON
+    columns take lists and dicts."""
     if not values:
         return 0
     table = model._meta.db_table
@@ -22,7 +23,7 @@ def bulk_set(model: type[models.Model], field: str, values: Mapping[int, Any]) -
     rows = ", ".join(["(%s, %s)"] * len(values))
     params: list[Any] = []
     for pk, value in values.items():
-        params.extend((pk, value))
+        params.extend((pk, model_field.get_db_prep_save(value, connection)))
     # Parameters arrive untyped in VALUES: cast them to the column's type.
     sql = (
         f"UPDATE {quote(table)} SET {quote(column)} = CAST(v.value AS {db_type}) "  # noqa: S608

@@ -37,7 +37,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush
 from itertools import islice
-from operator import itemgetter
 
 from . import reasons
 from .admission import Usage
@@ -765,20 +764,19 @@ class _Cycle:
         reserved (its queue's other starving jobs then wait for the passes)."""
         threshold = self.now - self.starvation_s
         never, queue_of = self.never_text, self.queue_of
-        # (since, -priority, id, index), from the sort keys; since goes back by earlier waits.
         pending = self.pending
 
-        # Levels play no part here: by priority, then by the whole time waited.
-        starving = [
-            ((k[3] if k[3] >= k[6] else k[6]) - pending[k[5]].waited_s, -pending[k[5]].priority,
-             k[4], k[5])
-            for run in self.runs
-            for k in run.order
-            if k[3] < threshold
-            and k[6] < threshold
-            and never[k[5]] is None
-            and not queue_of[k[5]].fifo
-        ]
+        # By priority, then by the whole time waited (levels play no part here), then id:
+        # (-priority, since, id, index), since going back by the earlier waits. A heap: the
+        # queues are usually settled after a few of the starving jobs.
+        starving: list[tuple[int, float, int, int]] = []
+        append = starving.append
+        for i, job in enumerate(pending):
+            since, not_before = job.submitted_at, job.not_before
+            if (since < threshold and not_before < threshold and never[i] is None
+                    and not queue_of[i].fifo):
+                append((-job.priority, (since if since >= not_before else not_before)
+                        - job.waited_s, job.id, i))
         # In a fifo queue, only its head may go first (a job that never fits aside).
         fifo = {queue for queue in self.queue_of_class if queue.fifo}
         heads: dict[_Queue, SortKey] = {}
@@ -790,13 +788,11 @@ class _Cycle:
         for k in heads.values():
             if k[3] < threshold and k[6] < threshold:
                 job = pending[k[5]]
-                starving.append(
-                    ((k[3] if k[3] >= k[6] else k[6]) - job.waited_s, -job.priority, k[4], k[5]))
+                append((-job.priority, (k[3] if k[3] >= k[6] else k[6]) - job.waited_s,
+                        k[4], k[5]))
         if not starving:
             return
-        starving.sort(key=itemgetter(2))  # (stable sorts: id, then age, then priority)
-        starving.sort(key=itemgetter(0))
-        starving.sort(key=itemgetter(1))
+        heapify(starving)
         # A queue is settled once it has a reservation, or once its quota and limit leave room
         # for none of its jobs (no start in this pass gives quota back).
         smallest: dict[_Queue, int] = {}
@@ -806,9 +802,10 @@ class _Cycle:
                 smallest[queue] = need
         open_queues = {queue_of[item[3]] for item in starving}
         settled: set[_Queue] = set()
-        needs, pending, tenants = self.need, self.pending, self.tenants
+        needs, tenants = self.need, self.tenants
         quota_used, queue_used = self.usage.quota_used, self.usage.queue_used
-        for _, _, _, i in starving:
+        while starving:
+            i = heappop(starving)[3]
             queue = queue_of[i]
             if queue in settled:
                 continue

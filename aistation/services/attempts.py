@@ -2,7 +2,6 @@
 retries and backoff, time limit), with the usage it cost."""
 
 import logging
-from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -15,6 +14,7 @@ from aistation.services.transitions import job_transition
 from aistation.services.workloads import attempt_workload
 from aistation.triggers import request_cycle_after
 from infra_os.services.usage import usage_record_create
+from ogai.bulk import bulk_set
 from podsys.drivers.base import DriverError
 from podsys.models import Cluster, Node
 from podsys.runtime import driver_for
@@ -60,12 +60,14 @@ def attempts_launch(cluster: Cluster, attempts: list[Attempt]) -> None:
                 .values_list("pk", "job__state"))
         by_pk = {attempt.pk: attempt for attempt in attempts}
         events, cancelled, running = [], [], []
+        where: dict[int, str] = {}  # job -> "running on <nodes>"
         for pk, job_state in live:
             attempt = by_pk[pk]
             if job_state in FINAL_STATES:  # cancelled while launching
                 cancelled.append(attempt)
                 continue
             nodes = ", ".join(sorted(set(attempt.placement))) or cluster.name
+            where[attempt.job_id] = f"running on {nodes}"
             events.append(JobEvent(job_id=attempt.job_id, attempt=attempt, from_state=job_state,
                                    to_state=JobState.RUNNING,
                                    reason=f"running on {nodes} (attempt {attempt.number})"))
@@ -75,13 +77,7 @@ def attempts_launch(cluster: Cluster, attempts: list[Attempt]) -> None:
         jobs = Job.objects.filter(pk__in=[a.job_id for a in running])
         jobs.update(state=JobState.RUNNING, updated_at=now)
         jobs.filter(started_at__isnull=True).update(started_at=now)
-        # Jobs mostly share nodes: one UPDATE per distinct placement says where each runs.
-        by_nodes: dict[str, list[int]] = defaultdict(list)
-        for attempt in running:
-            by_nodes[", ".join(sorted(set(attempt.placement))) or cluster.name].append(
-                attempt.job_id)
-        for nodes, ids in by_nodes.items():
-            Job.objects.filter(pk__in=ids).update(reason=f"running on {nodes}")
+        bulk_set(Job, "reason", where)
         JobEvent.objects.bulk_create(events, batch_size=1000)
     for attempt in cancelled:
         attempt_stop(attempt, AttemptState.CANCELLED, "the job was cancelled")

@@ -1,7 +1,6 @@
 """One scheduling cycle of a cluster: load a snapshot, let the pure core decide, apply the
 decisions in one transaction, then launch and stop workloads through the driver."""
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -163,7 +162,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
 
     attempts = []
     waited: dict[int, float] = {}
-    by_placement: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    placements: dict[int, list[str]] = {}
     for start in decisions.starts:
         job = jobs[start.job_id]
         job.attempt_count += 1
@@ -171,7 +170,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
             job=job, number=job.attempt_count, workload_id=f"job-{job.pk}-a{job.attempt_count}",
             cluster=cluster, placement=list(start.placement), borrowed=start.borrowed,
         ))
-        by_placement[start.placement].append(job.pk)
+        placements[job.pk] = list(start.placement)
         result.started.append(job.pk)
         row = rows[job.pk]
         waited[job.pk] = row["waited_s"] + max(0.0, (now - row["submitted"]).total_seconds())
@@ -184,9 +183,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
     started.update(state=JobState.ADMITTED, reason="admitted; launching", position=None,
                    borrowed=False, attempt_count=F("attempt_count") + 1, updated_at=now)
     started.filter(pk__in=[a.job_id for a in attempts if a.borrowed]).update(borrowed=True)
-    # Jobs usually share a node, so one UPDATE per distinct placement stays short.
-    for placement, ids in by_placement.items():
-        Job.objects.filter(pk__in=ids).update(placement=list(placement))
+    bulk_set(Job, "placement", placements)
     bulk_set(Job, "waited_s", waited)
     JobEvent.objects.bulk_create(events, batch_size=1000)
     return attempts, stopped
