@@ -251,6 +251,13 @@ class QueueUpdateForm(QueueFieldsMixin):
     )
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea that never writes its value back into the page."""
+
+    def format_value(self, value):
+        return None
+
+
 class ClusterCreateForm(forms.Form):
     name = forms.CharField(max_length=63, validators=[slug_validator],
                            help_text="Lowercase letters, digits and hyphens.")
@@ -264,6 +271,13 @@ class ClusterCreateForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 4, "class": "mono", "spellcheck": "false",
                                      "placeholder": '{"nodes": 2, "gpus_per_node": 8}'}),
         help_text="The driver's options as a JSON object; empty: its defaults.",
+    )
+    kubeconfig = forms.CharField(
+        required=False, strip=False,
+        widget=SecretTextarea(attrs={"rows": 6, "class": "mono", "spellcheck": "false",
+                                     "autocomplete": "off"}),
+        help_text="Kubernetes only: the kubeconfig OGAI uses. Stored encrypted and never shown "
+        'again (not even if this form comes back with an error). Or set {"in_cluster": true}.',
     )
 
     def __init__(self, *args, drivers, tenants, **kwargs):

@@ -40,6 +40,7 @@ urlpatterns = [
     path("clusters/new/", clusters.cluster_create_view, name="cluster-create"),
     path("clusters/<slug:name>/", clusters.cluster_detail, name="cluster"),
     path("clusters/<slug:name>/sync/", clusters.cluster_sync, name="cluster-sync"),
+    path("clusters/<slug:name>/check/", clusters.cluster_check, name="cluster-check"),
     path("clusters/<slug:name>/nodes/<int:pk>/schedulable/", clusters.node_schedulable,
          name="node-schedulable"),
     path("jobs/", jobs.jobs, name="jobs"),

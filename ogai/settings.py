@@ -257,7 +257,11 @@ OGAI_USE_X_FORWARDED_FOR = env_bool("OGAI_USE_X_FORWARDED_FOR", False)
 OGAI_CLUSTER_DRIVERS = {
     "local": "podsys.drivers.local.LocalDriver",
     "fake": "podsys.drivers.fake.FakeDriver",
+    "kubernetes": "podsys.drivers.kubernetes.KubernetesDriver",
 }
+# Encrypts secrets at rest (cluster kubeconfigs): Fernet keys, newest first, comma-separated;
+# unset: a key derived from SECRET_KEY.
+OGAI_ENCRYPTION_KEY = env_str("OGAI_ENCRYPTION_KEY", "")
 
 # Jobs: the first retry waits this long, doubling per restart (at most 10 minutes); an
 # attempt decided but not launched after the grace period is launched by reconcile.

@@ -453,6 +453,15 @@ def cmd_job_rerun(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def cmd_job_render(args: argparse.Namespace, ctx: Context) -> int:
+    with _about_job(args.id):
+        text = ctx.client().job_manifests(args.id)
+    stream = ctx.out.file
+    stream.write(text if not text or text.endswith("\n") else text + "\n")
+    stream.flush()
+    return 0
+
+
 # -- queues -------------------------------------------------------------------------------------
 
 def cmd_queue_status(args: argparse.Namespace, ctx: Context) -> int:
@@ -604,6 +613,10 @@ def build_parser() -> ArgumentParser:
     cancel.add_argument("id", type=_job_id, metavar="ID")
     rerun = command(jobs, "rerun", cmd_job_rerun, "submit a finished job again")
     rerun.add_argument("id", type=_job_id, metavar="ID")
+
+    render = command(jobs, "render", cmd_job_render,
+                     "print, as YAML, the Kubernetes objects OGAI would create for a job")
+    render.add_argument("id", type=_job_id, metavar="ID")
 
     queue = commands.add_parser("queue", help="queues and quotas", description="Queues.")
     queue.set_defaults(handler=None, group=queue)

@@ -277,6 +277,15 @@ class OgaiClient:
         return JobLogs.from_api(self._request("GET", f"{AISTATION}/jobs/{int(job_id)}/logs/",
                                               params=params))
 
+    def job_manifests(self, job_id: int) -> str:
+        """The Kubernetes objects OGAI would create for the job (its newest attempt, or its
+        next one if it has not started), as one multi-document YAML."""
+        data = self._request("GET", f"{AISTATION}/jobs/{int(job_id)}/manifests/")
+        text = data.get("yaml") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise OgaiError("bad_response", "the server answered no manifests; is this OGAI?")
+        return text
+
     def wait_job(self, job_id: int, *, poll_s: float = 2.0,
                  timeout_s: float | None = None) -> Job:
         """Poll until the job ends (succeeded, failed or cancelled) and return it."""

@@ -149,6 +149,11 @@ class JobLogsSerializer(serializers.Serializer):
     text = serializers.CharField(allow_blank=True)
 
 
+class JobManifestsSerializer(serializers.Serializer):
+    yaml = serializers.CharField(help_text="The Kubernetes objects OGAI would create for the "
+                                 "job, as one multi-document YAML (for `kubectl apply -f`).")
+
+
 class QueueSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)

@@ -8,6 +8,7 @@ from aistation import selectors
 from aistation.api import serializers as s
 from aistation.filtersets import JobFilterSet, QueueFilterSet
 from aistation.services.jobs import job_cancel, job_rerun, job_submit
+from aistation.services.manifests import job_manifests
 from aistation.services.queues import queue_create, queue_update
 from infra_os.api.viewsets import ScopedViewSet
 from infra_os.choices import ADMIN_ROLES
@@ -103,6 +104,18 @@ class JobViewSet(mixins.ListModelMixin, ScopedViewSet):
                 text = f"(logs unavailable: {exc})"
         return Response({"attempt": attempt.number if attempt else None, "replica": replica,
                          "text": text})
+
+    @extend_schema(responses=s.JobManifestsSerializer)
+    @action(detail=True, methods=["get"])
+    def manifests(self, request, pk=None):
+        """The Kubernetes objects OGAI would create for the job's newest attempt (or, for a job
+        not started yet, its next one), as YAML: rendered from the job and its cluster's public
+        options, nothing is sent to any cluster. Jobs on any cluster can be rendered, whatever
+        its driver: the objects are what a Kubernetes cluster would get. What cannot be
+        rendered (no image and no default_image, a bad env name...) answers 400."""
+        job = self.get_object()
+        return self.respond({"yaml": job_manifests(job=job)},
+                            serializer=s.JobManifestsSerializer)
 
 
 def _int_param(request, name: str, default: int, low: int, high: int) -> int:

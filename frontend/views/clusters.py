@@ -22,7 +22,12 @@ from podsys.allocations import gpu_allocations
 from podsys.filtersets import ClusterFilterSet
 from podsys.models import Node
 from podsys.selectors import cluster_list, node_list
-from podsys.services.clusters import cluster_create, cluster_sync_nodes, node_set_schedulable
+from podsys.services.clusters import (
+    cluster_check_connection,
+    cluster_create,
+    cluster_sync_nodes,
+    node_set_schedulable,
+)
 
 
 def _current_clusters(request):
@@ -112,6 +117,21 @@ def cluster_sync(request, name: str):
         gpus = sum(node.gpus for node in nodes)
         messages.success(request, f"Synced {cluster.name}: {len(nodes)} "
                          f"node{'s' if len(nodes) != 1 else ''}, {gpus} GPUs.")
+    return redirect("frontend:cluster", name=cluster.name)
+
+
+@login_required
+@require_POST
+def cluster_check(request, name: str):
+    """Reach the cluster and say what it offers (version, GPUs, Kueue or Volcano)."""
+    cluster = get_object_or_404(_current_clusters(request), name=name)
+    if not console_access(request).platform_admin:
+        raise PermissionDenied("Only a platform admin can check a cluster's connection.")
+    report = cluster_check_connection(actor=request.user, cluster=cluster)
+    if report.ok:
+        messages.success(request, f"{cluster.name} answers: {report.message}")
+    else:
+        messages.error(request, f"{cluster.name} cannot be reached: {report.message}")
     return redirect("frontend:cluster", name=cluster.name)
 
 

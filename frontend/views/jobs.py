@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 from aistation.choices import ACTIVE_STATES, FINAL_STATES, AttemptState, JobState
 from aistation.selectors import job_list, queue_list
 from aistation.services.jobs import job_cancel, job_rerun, job_submit
+from aistation.services.manifests import job_manifests
 from frontend.access import console_access, current_tenant
 from frontend.filters import ConsoleJobFilterSet
 from frontend.forms import JOB_SUBMIT_FIELD_MAP, JobSubmitForm, add_service_errors
@@ -24,6 +25,7 @@ LOG_TAIL_LINES = 500
 PARTS = {
     "logs": "frontend/jobs/logs.html",
     "status": "frontend/jobs/status.html",
+    "manifests": "frontend/jobs/manifests.html",
 }
 
 
@@ -156,10 +158,20 @@ def _status_context(job) -> dict:
     }
 
 
+def _manifests_context(job) -> dict:
+    """The Kubernetes objects the job's attempt is (or would be) made of, or why it cannot
+    be rendered."""
+    try:
+        return {"job": job, "manifests": job_manifests(job=job), "manifests_error": ""}
+    except ValidationError as exc:
+        return {"job": job, "manifests": "", "manifests_error": " ".join(exc.messages)}
+
+
 @login_required
 def job_detail_view(request, pk: int):
-    """The job's page; `?part=logs` is its log view and `?part=status` its state, attempts and
-    events, which the page polls while the job runs."""
+    """The job's page; `?part=logs` is its log view, `?part=status` its state, attempts and
+    events, which the page polls while the job runs, and `?part=manifests` the Kubernetes
+    objects it is made of."""
     job = get_object_or_404(
         _current_jobs(request).prefetch_related("attempts", "events"), pk=pk
     )
@@ -169,6 +181,8 @@ def job_detail_view(request, pk: int):
         context |= _log_context(request, job)
     elif part == "status":
         context |= _status_context(job)
+    elif part == "manifests":
+        context |= _manifests_context(job)
     else:
         context |= _status_context(job) | _log_context(request, job)
     response = render(request, PARTS.get(part, "frontend/jobs/detail.html"), context)

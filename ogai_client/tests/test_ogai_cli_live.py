@@ -7,6 +7,7 @@ the test's thread, between the CLI's polls, so nothing races.
 
 import io
 import json
+import os
 import socket
 import stat
 from datetime import timedelta
@@ -286,7 +287,7 @@ def test_a_viewer_cannot_submit(world, live_server, cluster, monkeypatch, capsys
 
 @pytest.mark.parametrize("argv", [
     ("job", "show", 999999), ("job", "cancel", 999999), ("job", "rerun", 999999),
-    ("job", "logs", 999999), ("job", "logs", "-f", 999999),
+    ("job", "logs", 999999), ("job", "logs", "-f", 999999), ("job", "render", 999999),
 ])
 def test_an_unknown_job_is_not_found(as_member, cluster, capsys, argv):
     code, _, err = ogai(capsys, *argv)
@@ -301,8 +302,9 @@ def test_another_tenants_job_is_not_found(world, live_server, cluster, monkeypat
     assert ogai(capsys, "job", "submit", write_spec(tmp_path))[0] == 0
     job = Job.objects.get()
     monkeypatch.setenv("OGAI_TOKEN", token_for(world.beta_member))
-    code, _, err = ogai(capsys, "job", "show", job.pk)
-    assert code == 1 and "not found" in err
+    for command in ("show", "render"):
+        code, _, err = ogai(capsys, "job", command, job.pk)
+        assert code == 1 and "not found" in err
 
 
 def test_logs_of_a_job_not_started_print_nothing(as_member, cluster, capsys, tmp_path):
@@ -466,3 +468,25 @@ def test_the_sdk_submits_lists_and_pages(as_member, cluster, live_server, monkey
     assert raised.value.code == "invalid"
     assert raised.value.status == 400
     assert "command" in raised.value.fields
+
+
+def test_render_prints_the_kubernetes_objects_as_yaml(world, as_member, cluster, capsys,
+                                                      tmp_path):
+    ogai(capsys, "job", "submit", write_spec(tmp_path, image="registry.example.org/train:1"))
+    job = Job.objects.get()
+    code, out, err = ogai(capsys, "job", "render", job.pk)
+    assert code == 0, err
+    objects = list(yaml.safe_load_all(out))
+    assert [o["kind"] for o in objects] == ["Service", "Job"]
+    container = objects[1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.example.org/train:1"
+    assert container["command"] == job.command
+    with OgaiClient(os.environ["OGAI_URL"], os.environ["OGAI_TOKEN"]) as client:
+        assert client.job_manifests(job.pk).strip() == out.strip()
+
+
+def test_render_of_a_job_without_an_image_says_why(as_member, cluster, capsys, tmp_path):
+    ogai(capsys, "job", "submit", write_spec(tmp_path))
+    code, out, err = ogai(capsys, "job", "render", Job.objects.get().pk)
+    assert code == 1 and not out
+    assert "no image" in err

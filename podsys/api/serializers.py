@@ -32,6 +32,12 @@ class ClusterCreateSerializer(serializers.Serializer):
     display_name = serializers.CharField(max_length=200, allow_blank=True, default="")
     driver = serializers.CharField(max_length=64)
     options = serializers.DictField(default=dict)
+    kubeconfig = serializers.CharField(
+        required=False, default="", allow_blank=True, write_only=True, max_length=256_000,
+        trim_whitespace=False, style={"base_template": "textarea.html"},
+        help_text="Kubernetes only: the kubeconfig OGAI uses (stored encrypted, never shown "
+        "again). Or set options {\"in_cluster\": true}.",
+    )
     tenant = CallerTenantField(
         required=False,
         allow_null=True,
@@ -57,6 +63,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "cpu_cores",
             "memory_mib",
             "labels",
+            "taints",
+            "gpus_in_use",
             "health",
             "health_reason",
             "schedulable",
@@ -69,3 +77,9 @@ class NodeSerializer(serializers.ModelSerializer):
 
 class NodeCordonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500, allow_blank=True, default="")
+
+
+class ConnectionReportSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    message = serializers.CharField()
+    details = serializers.DictField()

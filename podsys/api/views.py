@@ -7,7 +7,12 @@ from podsys import selectors
 from podsys.allocations import gpu_allocations
 from podsys.api import serializers as s
 from podsys.filtersets import ClusterFilterSet, NodeFilterSet
-from podsys.services.clusters import cluster_create, cluster_sync_nodes, node_set_schedulable
+from podsys.services.clusters import (
+    cluster_check_connection,
+    cluster_create,
+    cluster_sync_nodes,
+    node_set_schedulable,
+)
 
 
 class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
@@ -19,7 +24,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
     filterset_class = ClusterFilterSet
     lookup_field = "name"
     lookup_value_regex = r"[a-z0-9-]+"
-    platform_admin_actions = ("create", "sync")
+    platform_admin_actions = ("create", "sync", "check")
 
     @extend_schema(request=s.ClusterCreateSerializer, responses={201: s.ClusterSerializer})
     def create(self, request):
@@ -32,6 +37,14 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
         cluster = self.get_object()
         cluster_sync_nodes(cluster=cluster)
         return self.respond(self.reload(cluster))
+
+    @extend_schema(request=None, responses=s.ConnectionReportSerializer)
+    @action(detail=True, methods=["post"])
+    def check(self, request, name=None):
+        """Reach the cluster: its version, the GPUs its device plugin advertises, and whether
+        Kueue or Volcano is installed, in plain words."""
+        report = cluster_check_connection(actor=request.user, cluster=self.get_object())
+        return self.respond(report, serializer=s.ConnectionReportSerializer)
 
 
 class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):

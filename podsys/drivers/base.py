@@ -35,6 +35,10 @@ class NodeInfo:
     ready: bool = True
     schedulable: bool = True
     reason: str = ""
+    taints: tuple[str, ...] = ()  # "key=value:Effect"
+    # GPUs held on it by anything, the platform's work or not, where the cluster says (None:
+    # only the platform uses the node).
+    gpus_allocated: int | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,16 @@ class DriverError(Exception):
     """The cluster refused or failed; the message is for people."""
 
 
+@dataclass(frozen=True)
+class ConnectionReport:
+    """What a connection check found: `message` in plain words for the operator, `details` as
+    plain values (a server version, what is installed)."""
+
+    ok: bool
+    message: str
+    details: dict = field(default_factory=dict)
+
+
 class ClusterDriver(ABC):
     unsupported: dict[str, str] = {}
 
@@ -136,6 +150,22 @@ class ClusterDriver(ABC):
 
     @abstractmethod
     def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str: ...
+
+    def check_connection(self) -> ConnectionReport:
+        """Can the platform reach the cluster, and what does it offer? Never raises."""
+        try:
+            nodes = self.nodes()
+        except DriverError as exc:
+            return ConnectionReport(ok=False, message=str(exc))
+        gpus = sum(node.gpus for node in nodes)
+        return ConnectionReport(ok=True, message=f"{len(nodes)} nodes, {gpus} GPUs.",
+                                details={"nodes": len(nodes), "gpus": gpus})
+
+    def cleanup(self) -> int:
+        """Delete what finished workloads left on the cluster once their logs are kept, past
+        the cluster's retention; return how many. Drivers whose workloads leave nothing behind
+        do nothing."""
+        return 0
 
     def endpoint(self, handle: str) -> str | None:
         """Where a service workload answers (`http://host:port`), or None."""

@@ -32,6 +32,9 @@ class Cluster(TimeStampedModel):
     # When the last scheduling cycle looked at its jobs: a cycle asked for before then has
     # nothing left to see and is skipped.
     cycle_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The driver's credentials (a kubeconfig), encrypted with `ogai.crypto`: never shown again,
+    # never logged; `podsys.runtime` hands them to the driver.
+    credentials = models.TextField(blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -65,6 +68,10 @@ class Node(TimeStampedModel):
     # Cordoned by an operator or a failed health check: running work stays, nothing new comes.
     schedulable = models.BooleanField(default=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    taints = models.JSONField(default=list, blank=True)  # "key=value:Effect", as reported
+    # GPUs held by anything on it where the cluster reports that (Kubernetes: every pod's GPU
+    # limits, other users' included); None where only the platform places work.
+    gpus_in_use = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["cluster__name", "name"]

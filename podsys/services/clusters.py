@@ -1,7 +1,10 @@
 """Clusters and their nodes."""
 
+import json
 import logging
 
+import yaml
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
@@ -9,12 +12,47 @@ from django.utils import timezone
 from infra_os.access import require_platform_admin
 from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
+from ogai.crypto import encrypt
 from podsys.choices import NodeHealth
-from podsys.drivers.base import DriverError
+from podsys.drivers.base import ConnectionReport, DriverError
+from podsys.drivers.kube_manifests import KubeOptions
 from podsys.models import Cluster, Node
 from podsys.runtime import driver_for
 
 logger = logging.getLogger(__name__)
+
+
+def _check_credentials(driver: str, options: dict, kubeconfig: str) -> str:
+    """The credentials to store, encrypted: a kubeconfig for a Kubernetes cluster unless it
+    runs in-cluster. Errors never quote the kubeconfig."""
+    if "kubeconfig" in options:
+        raise ValidationError({"options": "Give the kubeconfig in its own field: options are "
+                               "shown to operators, credentials never are."})
+    if driver != "kubernetes":
+        if kubeconfig:
+            raise ValidationError({"kubeconfig": f"The {driver} driver takes no kubeconfig."})
+        return ""
+    try:
+        KubeOptions.from_options(options)
+    except ValueError as exc:
+        raise ValidationError({"options": str(exc)}) from None
+    if options.get("in_cluster"):
+        if kubeconfig:
+            raise ValidationError({"kubeconfig": "Give a kubeconfig or in_cluster, not both."})
+        return ""
+    if not kubeconfig:
+        raise ValidationError({"kubeconfig": "A Kubernetes cluster needs a kubeconfig, or "
+                               "options {\"in_cluster\": true} when OGAI runs inside it."})
+    try:
+        parsed = yaml.safe_load(kubeconfig)
+    except yaml.YAMLError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(
+            isinstance(parsed.get(key), list) and parsed[key]
+            for key in ("clusters", "contexts", "users")):
+        raise ValidationError({"kubeconfig": "This is not a kubeconfig: it needs clusters, "
+                               "contexts and users (the file kubectl reads)."})
+    return encrypt(json.dumps({"kubeconfig": kubeconfig}))
 
 
 @transaction.atomic
@@ -26,22 +64,36 @@ def cluster_create(
     options: dict | None = None,
     display_name: str = "",
     tenant: Tenant | None = None,
+    kubeconfig: str = "",
 ) -> Cluster:
+    """Register a cluster. A Kubernetes cluster's kubeconfig is stored encrypted and never
+    returned, logged or audited."""
     require_platform_admin(actor)
+    options = options or {}
     cluster = Cluster(
-        name=name, driver=driver, options=options or {}, display_name=display_name, tenant=tenant
+        name=name, driver=driver, options=options, display_name=display_name, tenant=tenant
     )
     cluster.full_clean()
+    cluster.credentials = _check_credentials(driver, options, kubeconfig)
     cluster.save()
     audit_record(
         actor=actor,
         action="cluster.create",
         obj=cluster,
         tenant=tenant,
-        changes={"name": name, "driver": driver},
+        changes={"name": name, "driver": driver, "credentials": bool(cluster.credentials)},
     )
     transaction.on_commit(lambda: _enqueue_sync(cluster.pk))
     return cluster
+
+
+def cluster_check_connection(*, actor, cluster: Cluster) -> ConnectionReport:
+    """Reach the cluster through its driver and say what it offers, in plain words."""
+    require_platform_admin(actor)
+    try:
+        return driver_for(cluster).check_connection()
+    except DriverError as exc:
+        return ConnectionReport(ok=False, message=str(exc))
 
 
 def _enqueue_sync(cluster_id: int) -> None:
@@ -72,6 +124,8 @@ def cluster_sync_nodes(*, cluster: Cluster) -> list[Node]:
             node.cpu_cores = info.cpu_cores
             node.memory_mib = info.memory_mib
             node.labels = info.labels
+            node.taints = list(info.taints)
+            node.gpus_in_use = info.gpus_allocated
             node.health = NodeHealth.HEALTHY if info.ready else NodeHealth.NOT_READY
             node.health_reason = info.reason
             if not info.schedulable:
@@ -86,6 +140,16 @@ def cluster_sync_nodes(*, cluster: Cluster) -> list[Node]:
         Cluster.objects.filter(pk=cluster.pk).update(last_synced_at=now, sync_error="")
         cluster_refresh_capacity(cluster=cluster)
     return list(cluster.nodes.all())
+
+
+def cluster_cleanup(*, cluster: Cluster) -> int:
+    """Delete finished workloads' leftovers on the cluster once their logs are kept (the
+    retention is a cluster option); a failure is logged and tried again next time."""
+    try:
+        return driver_for(cluster).cleanup()
+    except DriverError as exc:
+        logger.warning("Cluster %s: cleanup failed: %s", cluster.name, exc)
+        return 0
 
 
 def cluster_refresh_capacity(*, cluster: Cluster) -> dict:

@@ -1,0 +1,586 @@
+"""The Kubernetes objects a cluster driver creates for a workload, as plain dicts in the API's
+JSON shape (camelCase), so they can be checked, diffed and dumped without a cluster.
+
+Pure functions only: no client calls, no settings, no I/O. A cluster's settings come in as
+`KubeOptions` (built from the cluster's driver options); everything else comes from the
+`Workload`. Each bad input raises ValueError with a message that names it, before anything is
+sent to a cluster: the API server's own errors arrive late, one at a time, and for a Job
+sometimes only as an event on a pod that never starts.
+
+A batch workload is a headless Service (stable DNS names for rendezvous), optionally a Volcano
+PodGroup, and an Indexed Job (one pod per rank, rank = completion index). A service workload is
+a ClusterIP Service and a Deployment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from podsys.drivers.base import Resources, Volume, Workload
+from podsys.drivers.common import check_workload_id
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "ogai"
+WORKLOAD_LABEL = "ogai.io/workload"
+TENANT_LABEL = "ogai.io/tenant"
+JOB_LABEL = "ogai.io/job"
+ATTEMPT_LABEL = "ogai.io/attempt"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+GPU = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+VOLCANO = "volcano"
+
+# The platform's own workload labels (see aistation.services.workloads) and where they go.
+TENANT_KEY = "ogai.tenant"
+PLATFORM_LABELS = {"ogai.job": JOB_LABEL, "ogai.attempt": ATTEMPT_LABEL}
+
+CONTAINER = "main"
+RENDEZVOUS_PORT_NAME = "rendezvous"
+# Our own volumes get a prefix a workload's volume is unlikely to use; a clash is refused.
+ARTIFACTS_VOLUME = "ogai-artifacts"
+SHM_VOLUME = "ogai-shm"
+SHM_PATH = "/dev/shm"  # noqa: S108 - a mount point in the pod, not a temporary file
+MIN_SHM_MIB = 1024
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Service names are stricter than other names (RFC 1035: they must start with a letter).
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# A resource quantity as people write one for a size: "8Gi", "512Mi", "1G", "1073741824".
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_MAX_DNS_LABEL = 63
+_MAX_LABEL_PREFIX = 253
+
+
+@dataclass(frozen=True)
+class KubeOptions:
+    """A cluster's settings, from the cluster's driver options; checked when built."""
+
+    namespace_prefix: str = "ogai-"
+    default_image: str = ""  # used when the workload has no image
+    data_dir: str = ""  # OGAI_DATA_DIR: where the artifacts claim is mounted
+    artifacts_claim: str = ""  # a ReadWriteMany PVC name; "" = no artifacts volume
+    master_port: int = 29500
+    shm_size: str = ""  # "" = half the replica's memory, at least 1Gi
+    kueue_queue: str = ""  # non-empty: label the Job for Kueue and create it suspended
+    scheduler: str = ""  # "volcano": PodGroup + schedulerName
+    gpu_tolerations: bool = True  # tolerate the nvidia.com/gpu NoSchedule taint
+    image_pull_secret: str = ""
+    # Seconds after a workload ends before the driver deletes its objects, once it has kept
+    # the pods' logs (not Kubernetes' own TTL, which would take the logs with it); 0 keeps them.
+    ttl_after_finished_s: int = 3600
+    logs_dir: str = ""  # where the driver keeps finished pods' logs (set by the platform)
+
+    def __post_init__(self) -> None:
+        # Types first: options come from configuration, where "29500" or "yes" slip in easily.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            expected = {"str": str, "int": int, "bool": bool}[str(f.type)]
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                raise ValueError(
+                    f"cluster option {f.name!r} must be a {expected.__name__}, "
+                    f"not {type(value).__name__} ({value!r})"
+                )
+        if self.namespace_prefix and not re.match(r"^[a-z0-9][-a-z0-9]*$", self.namespace_prefix):
+            raise ValueError(
+                f"cluster option 'namespace_prefix' {self.namespace_prefix!r} must be lower-case "
+                "letters, digits and '-', starting with a letter or digit"
+            )
+        if not 1 <= self.master_port <= 65535:
+            raise ValueError(f"cluster option 'master_port' {self.master_port} is not a port")
+        if self.ttl_after_finished_s < 0:
+            raise ValueError("cluster option 'ttl_after_finished_s' must be 0 (keep) or more")
+        if self.shm_size and not _QUANTITY.match(self.shm_size):
+            raise ValueError(
+                f"cluster option 'shm_size' {self.shm_size!r} is not a size such as '8Gi'"
+            )
+        if self.scheduler not in ("", VOLCANO):
+            raise ValueError(
+                f"cluster option 'scheduler' {self.scheduler!r} is not supported "
+                f"(use '{VOLCANO}' or leave it empty for the default scheduler)"
+            )
+        if self.data_dir and not self.data_dir.startswith("/"):
+            raise ValueError(f"cluster option 'data_dir' {self.data_dir!r} must be absolute")
+        if self.artifacts_claim:
+            if not self.data_dir:
+                # The claim is mounted at data_dir; without it there is nowhere to mount it.
+                raise ValueError("cluster option 'artifacts_claim' needs 'data_dir'")
+            _check_dns_subdomain(self.artifacts_claim, "cluster option 'artifacts_claim'")
+        if self.image_pull_secret:
+            _check_dns_subdomain(self.image_pull_secret, "cluster option 'image_pull_secret'")
+        if self.kueue_queue:
+            _check_label_value(self.kueue_queue, "cluster option 'kueue_queue'")
+
+    @classmethod
+    def from_options(cls, options: dict | None) -> KubeOptions:
+        """The settings among a cluster's driver options; other keys belong to the driver
+        (credentials, context) and are ignored here."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in (options or {}).items() if key in known})
+
+
+# Names and labels ---------------------------------------------------------------------------
+
+
+def _check_dns_subdomain(name: str, what: str) -> None:
+    parts = name.split(".")
+    if len(name) > _MAX_LABEL_PREFIX or not all(_DNS_LABEL.match(p) for p in parts):
+        raise ValueError(f"{what} {name!r} is not a valid Kubernetes name (a DNS-1123 subdomain)")
+
+
+def _check_label_value(value: str, what: str) -> None:
+    if len(value) > _MAX_DNS_LABEL or not _LABEL_VALUE.match(value):
+        raise ValueError(
+            f"{what} {value!r} is not a valid Kubernetes label value (at most 63 letters, "
+            "digits, '-', '_' or '.', starting and ending with a letter or digit)"
+        )
+
+
+def _check_label_key(key: str) -> None:
+    prefix = key.rpartition("/")[0]
+    if not _LABEL_KEY.match(key) or len(prefix) > _MAX_LABEL_PREFIX:
+        raise ValueError(
+            f"label {key!r} is not a valid Kubernetes label key (an optional DNS prefix and '/', "
+            "then at most 63 letters, digits, '-', '_' or '.')"
+        )
+
+
+def tenant_of(workload: Workload) -> str:
+    tenant = workload.labels.get(TENANT_KEY, "")
+    if not tenant:
+        raise ValueError(f"workload {workload.id!r} has no {TENANT_KEY!r} label")
+    return tenant
+
+
+def namespace_for(tenant: str, opts: KubeOptions) -> str:
+    """The tenant's namespace: one per tenant, so quotas and access follow the tenant."""
+    name = opts.namespace_prefix + tenant
+    if len(name) > _MAX_DNS_LABEL or not _DNS_LABEL.match(name):
+        raise ValueError(
+            f"namespace {name!r} for tenant {tenant!r} is not a DNS-1123 label (lower-case "
+            "letters, digits and '-', at most 63 characters)"
+        )
+    return name
+
+
+def namespace_object(tenant: str, opts: KubeOptions) -> dict:
+    _check_label_value(tenant, "tenant")
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace_for(tenant, opts),
+            "labels": {MANAGED_BY: MANAGED_BY_VALUE, TENANT_LABEL: tenant},
+        },
+    }
+
+
+def workload_labels(workload: Workload) -> dict[str, str]:
+    """The labels on every object and pod: ours, the platform's (renamed into our prefix, since
+    `ogai.job` is not a prefix of its own), then the workload's others, each checked."""
+    tenant = tenant_of(workload)
+    _check_label_value(tenant, "tenant")
+    labels = {MANAGED_BY: MANAGED_BY_VALUE, WORKLOAD_LABEL: workload.id, TENANT_LABEL: tenant}
+    for key, value in workload.labels.items():
+        if key == TENANT_KEY:
+            continue
+        target = PLATFORM_LABELS.get(key, key)
+        _check_label_key(target)
+        if target in labels:
+            # A workload may not pass itself off as another workload or tenant.
+            raise ValueError(f"label {key!r} is reserved for the platform")
+        if not isinstance(value, str):
+            raise ValueError(f"label {key!r} must have a string value, not {value!r}")
+        _check_label_value(value, f"label {key!r} value")
+        labels[target] = value
+    return labels
+
+
+# Quantities ---------------------------------------------------------------------------------
+
+
+def cpu_quantity(cores: float) -> str:
+    """Whole cores as "4", fractions in millicores ("500m"): a float such as "0.5" is valid
+    too, but the API server would normalise it and every later diff would show a change."""
+    millis = round(cores * 1000)
+    if millis <= 0:
+        raise ValueError(f"cpu_cores must be positive, not {cores}")
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def memory_quantity(mib: int) -> str:
+    if mib <= 0:
+        raise ValueError(f"memory_mib must be positive, not {mib}")
+    return f"{mib}Mi"
+
+
+def shm_size(resources: Resources, opts: KubeOptions) -> str:
+    # A memory-backed /dev/shm counts against the pod's memory; half leaves room for the rest.
+    # NCCL and DataLoader workers need more than the runtime's 64Mi default, hence the floor.
+    return opts.shm_size or f"{max(resources.memory_mib // 2, MIN_SHM_MIB)}Mi"
+
+
+def _resources(resources: Resources) -> dict:
+    amounts = {
+        "cpu": cpu_quantity(resources.cpu_cores),
+        "memory": memory_quantity(resources.memory_mib),
+    }
+    if resources.gpus < 0:
+        raise ValueError(f"gpus must not be negative, not {resources.gpus}")
+    if resources.gpus:
+        # Extended resources cannot be overcommitted: requests must equal limits.
+        amounts[GPU] = str(resources.gpus)
+    # Requests equal limits: the pod is Guaranteed, so it is the last to be evicted.
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _gang_resources(workload: Workload) -> dict[str, str]:
+    """What the whole gang needs at once, for Volcano to admit all replicas or none."""
+    res = workload.resources
+    total = {
+        "cpu": cpu_quantity(res.cpu_cores * workload.replicas),
+        "memory": memory_quantity(res.memory_mib * workload.replicas),
+    }
+    if res.gpus:
+        total[GPU] = str(res.gpus * workload.replicas)
+    return total
+
+
+# The pod ------------------------------------------------------------------------------------
+
+
+def master_addr(workload: Workload, namespace: str) -> str:
+    """Replica 0's stable DNS name: an Indexed Job's pods are named `{job}-{index}` and, with
+    `subdomain` set to the headless Service, resolve as `{job}-{index}.{service}.{ns}.svc`."""
+    return f"{workload.id}-0.{workload.id}.{namespace}.svc"
+
+
+def _env(workload: Workload, namespace: str, opts: KubeOptions) -> list[dict]:
+    for name in workload.env:
+        if not _ENV_NAME.match(name):
+            raise ValueError(
+                f"environment variable name {name!r} is not valid (letters, digits and '_', "
+                "not starting with a digit)"
+            )
+    # The platform's variables win over the workload's own: rendezvous depends on them, and
+    # duplicate names in a pod spec are resolved silently (the last wins) with a warning only.
+    platform: dict[str, Any] = {
+        "WORLD_SIZE": str(workload.replicas),
+        "MASTER_ADDR": master_addr(workload, namespace),
+        "MASTER_PORT": str(opts.master_port),
+        "OGAI_WORKLOAD_ID": workload.id,
+    }
+    if not workload.service:
+        platform["RANK"] = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_LABEL}']"}}
+    if opts.data_dir:
+        platform["OGAI_DATA_DIR"] = opts.data_dir
+    if workload.checkpoint_dir and "OGAI_CHECKPOINT_DIR" not in workload.env:
+        platform["OGAI_CHECKPOINT_DIR"] = workload.checkpoint_dir
+    env: list[dict] = []
+    if "PYTHONUNBUFFERED" not in workload.env:
+        env.append({"name": "PYTHONUNBUFFERED", "value": "1"})  # logs stream as the job runs
+    env += [
+        {"name": name, "value": str(value)}
+        for name, value in workload.env.items()
+        if name not in platform
+    ]
+    for name, value in platform.items():
+        if isinstance(value, dict):
+            env.append({"name": name, "valueFrom": value})
+        else:
+            env.append({"name": name, "value": value})
+    return env
+
+
+def _volumes(workload: Workload, opts: KubeOptions) -> tuple[list[dict], list[dict]]:
+    """The pod's volumes and the container's mounts, in the same order."""
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    if opts.artifacts_claim:
+        volumes.append(
+            {"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": opts.artifacts_claim}}
+        )
+        mounts.append({"name": ARTIFACTS_VOLUME, "mountPath": opts.data_dir})
+    volumes.append(
+        {
+            "name": SHM_VOLUME,
+            "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(workload.resources, opts)},
+        }
+    )
+    mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
+    for volume in workload.volumes:
+        volumes.append(_workload_volume(volume))
+        mounts.append(
+            {"name": volume.name, "mountPath": volume.mount_path, "readOnly": volume.read_only}
+        )
+    # The API server refuses duplicates, but only after the driver has created the Service.
+    names = [v["name"] for v in volumes]
+    paths = [m["mountPath"] for m in mounts]
+    for seen, what in ((names, "volume name"), (paths, "mount path")):
+        duplicates = sorted({item for item in seen if seen.count(item) > 1})
+        if duplicates:
+            raise ValueError(f"{what} {duplicates[0]!r} is used twice")
+    return volumes, mounts
+
+
+def _workload_volume(volume: Volume) -> dict:
+    if len(volume.name) > _MAX_DNS_LABEL or not _DNS_LABEL.match(volume.name):
+        raise ValueError(f"volume name {volume.name!r} is not a DNS-1123 label")
+    if not volume.mount_path.startswith("/"):
+        raise ValueError(f"volume {volume.name!r}: mount path {volume.mount_path!r} is relative")
+    if bool(volume.host_path) == bool(volume.claim_name):
+        raise ValueError(f"volume {volume.name!r} needs exactly one of host_path and claim_name")
+    if volume.host_path:
+        return {"name": volume.name, "hostPath": {"path": volume.host_path}}
+    return {
+        "name": volume.name,
+        "persistentVolumeClaim": {"claimName": volume.claim_name, "readOnly": volume.read_only},
+    }
+
+
+def _placement(workload: Workload) -> dict:
+    """nodeSelector/affinity for the nodes the platform chose (it did the bin-packing, so the
+    scheduler must not place replicas elsewhere), else for the GPU model asked for."""
+    nodes = sorted(set(workload.placement))
+    for node in nodes:
+        _check_label_value(node, "placement node")
+    if len(nodes) == 1:
+        return {"nodeSelector": {HOSTNAME_LABEL: nodes[0]}}
+    if nodes:
+        affinity: dict[str, Any] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+        if len(nodes) == workload.replicas:
+            # One replica per node, as placed: without this two could share one node's GPUs.
+            affinity["podAntiAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {WORKLOAD_LABEL: workload.id}},
+                        "topologyKey": HOSTNAME_LABEL,
+                    }
+                ]
+            }
+        return {"affinity": affinity}
+    if workload.resources.gpu_model:
+        _check_label_value(workload.resources.gpu_model, "GPU model")
+        return {"nodeSelector": {GPU_PRODUCT_LABEL: workload.resources.gpu_model}}
+    return {}
+
+
+def _container(workload: Workload, namespace: str, opts: KubeOptions) -> tuple[dict, list[dict]]:
+    image = workload.image or opts.default_image
+    if not image:
+        raise ValueError("no image: set the job's image or the cluster's default_image")
+    if not all(isinstance(arg, str) for arg in workload.command):
+        raise ValueError("the command must be a list of strings")
+    volumes, mounts = _volumes(workload, opts)
+    container: dict[str, Any] = {"name": CONTAINER, "image": image}
+    if workload.command:
+        # An argv list, run as is: a shell would re-split and expand the job's arguments.
+        container["command"] = list(workload.command)
+    if workload.run_dir:
+        container["workingDir"] = workload.run_dir
+    container["env"] = _env(workload, namespace, opts)
+    container["resources"] = _resources(workload.resources)
+    container["volumeMounts"] = mounts
+    if workload.service:
+        container["ports"] = [
+            {"name": _port_name(port), "containerPort": port, "protocol": "TCP"}
+            for port in _service_ports(workload)
+        ]
+    return container, volumes
+
+
+def pod_spec(workload: Workload, namespace: str, opts: KubeOptions) -> dict:
+    """The pod spec shared by a Job's and a Deployment's pods."""
+    container, volumes = _container(workload, namespace, opts)
+    spec: dict[str, Any] = {
+        "restartPolicy": "Always" if workload.service else "Never",
+        # Service links put every Service of the namespace in the env: noise, and with many
+        # Services enough to break some programs' argument limits.
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if not workload.service:
+        spec["subdomain"] = workload.id
+    spec.update(_placement(workload))
+    if workload.resources.gpus > 0 and opts.gpu_tolerations:
+        spec["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    if opts.scheduler == VOLCANO:
+        spec["schedulerName"] = VOLCANO
+    if opts.image_pull_secret:
+        spec["imagePullSecrets"] = [{"name": opts.image_pull_secret}]
+    return spec
+
+
+def _pod_template(workload: Workload, namespace: str, opts: KubeOptions, labels: dict) -> dict:
+    metadata: dict[str, Any] = {"labels": dict(labels)}
+    if opts.scheduler == VOLCANO:
+        # Volcano finds a plain Job's PodGroup through this annotation on its pods.
+        metadata["annotations"] = {VOLCANO_GROUP_ANNOTATION: workload.id}
+    return {"metadata": metadata, "spec": pod_spec(workload, namespace, opts)}
+
+
+# The objects --------------------------------------------------------------------------------
+
+
+def _metadata(name: str, namespace: str, labels: dict) -> dict:
+    return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+
+def _port_name(port: int) -> str:
+    return f"port-{port}"
+
+
+def _service_ports(workload: Workload) -> list[int]:
+    ports = list(workload.ports)
+    if not ports:
+        raise ValueError(f"service workload {workload.id!r} has no ports")
+    for port in ports:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"port {port!r} is not a port number")
+    if len(set(ports)) != len(ports):
+        raise ValueError(f"service workload {workload.id!r} lists a port twice")
+    return ports
+
+
+def headless_service(workload: Workload, namespace: str, labels: dict, opts: KubeOptions) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(workload.id, namespace, labels),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {WORKLOAD_LABEL: workload.id},
+            # Ranks resolve replica 0 before it is ready; a ready-only record would never come.
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": RENDEZVOUS_PORT_NAME, "port": opts.master_port, "protocol": "TCP"}],
+        },
+    }
+
+
+def pod_group(workload: Workload, namespace: str, labels: dict) -> dict:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": _metadata(workload.id, namespace, labels),
+        "spec": {"minMember": workload.replicas, "minResources": _gang_resources(workload)},
+    }
+
+
+def job_object(workload: Workload, namespace: str, labels: dict, opts: KubeOptions) -> dict:
+    job_labels = dict(labels)
+    spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": workload.replicas,
+        "parallelism": workload.replicas,
+        # One failed rank fails the attempt: the platform retries whole attempts, elsewhere.
+        "backoffLimit": 0,
+    }
+    if opts.kueue_queue:
+        # Kueue admits a suspended Job when its queue has quota, then unsuspends it.
+        job_labels[KUEUE_QUEUE_LABEL] = opts.kueue_queue
+        spec["suspend"] = True
+    spec["template"] = _pod_template(workload, namespace, opts, labels)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(workload.id, namespace, job_labels),
+        "spec": spec,
+    }
+
+
+def cluster_ip_service(workload: Workload, namespace: str, labels: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(workload.id, namespace, labels),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {WORKLOAD_LABEL: workload.id},
+            "ports": [
+                {"name": _port_name(port), "port": port, "targetPort": port, "protocol": "TCP"}
+                for port in _service_ports(workload)
+            ],
+        },
+    }
+
+
+def deployment_object(workload: Workload, namespace: str, labels: dict, opts: KubeOptions) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(workload.id, namespace, labels),
+        "spec": {
+            "replicas": workload.replicas,
+            "selector": {"matchLabels": {WORKLOAD_LABEL: workload.id}},
+            "template": _pod_template(workload, namespace, opts, labels),
+        },
+    }
+
+
+def _check_shape(workload: Workload) -> None:
+    check_workload_id(workload.id)
+    # The id names a Service, and Service names must start with a letter (RFC 1035).
+    if not _DNS_1035_LABEL.match(workload.id):
+        raise ValueError(f"workload id {workload.id!r} must start with a letter on Kubernetes")
+    if isinstance(workload.replicas, bool) or workload.replicas < 1:
+        raise ValueError(f"replicas must be at least 1, not {workload.replicas!r}")
+    if workload.placement and len(workload.placement) != workload.replicas:
+        raise ValueError(
+            f"placement names {len(workload.placement)} nodes for {workload.replicas} replicas"
+        )
+    if not workload.service:
+        # Pods of an Indexed Job get the hostname `{id}-{index}`, which must stay a DNS label.
+        last = f"{workload.id}-{workload.replicas - 1}"
+        if len(last) > _MAX_DNS_LABEL:
+            raise ValueError(f"workload id {workload.id!r} is too long for pod name {last!r}")
+
+
+def workload_objects(workload: Workload, opts: KubeOptions) -> list[dict]:
+    """What to create for the workload, in creation order (the namespace excluded: it is the
+    tenant's, created once with `namespace_object`)."""
+    _check_shape(workload)
+    labels = workload_labels(workload)
+    namespace = namespace_for(tenant_of(workload), opts)
+    if workload.service:
+        return [
+            cluster_ip_service(workload, namespace, labels),
+            deployment_object(workload, namespace, labels, opts),
+        ]
+    # The Service first, so its DNS records exist when the first pod looks replica 0 up; the
+    # PodGroup before the Job, so Volcano never sees the Job's pods without their gang.
+    objects = [headless_service(workload, namespace, labels, opts)]
+    if opts.scheduler == VOLCANO:
+        objects.append(pod_group(workload, namespace, labels))
+    objects.append(job_object(workload, namespace, labels, opts))
+    return objects
+
+
+def render_yaml(objects: list[dict]) -> str:
+    """The objects as one multi-document YAML, in the given order (for `kubectl apply -f`)."""
+    return yaml.safe_dump_all(objects, sort_keys=False)
