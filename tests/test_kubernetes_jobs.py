@@ -17,7 +17,7 @@ from aistation.services.reconcile import reconcile_cluster
 from aistation.tasks import cancel_job
 from infra_os.models import AuditEvent
 from podsys.choices import NodeHealth
-from podsys.drivers.base import Phase
+from podsys.drivers.base import Phase, Resources, Workload
 from podsys.drivers.kube_schema import check_object
 from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_check_connection, cluster_create, cluster_sync_nodes
@@ -276,3 +276,59 @@ def test_finished_jobs_are_deleted_past_the_retention_with_their_logs_kept(kube)
     assert driver.logs(workload, replica=1) == "rank 1 done\n"
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED
+
+
+def test_the_inventory_counts_every_pods_gpus_and_keeps_taints_and_cordons(kube):
+    kube.add_node("gpu-cordoned", gpus=4, unschedulable=True,
+                  taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    job = kube.submit(gpus=8)
+    cycle(kube)
+    cluster_sync_nodes(cluster=kube.cluster)
+    job.refresh_from_db()
+    [busy] = job.placement
+    nodes = {node.name: node for node in kube.cluster.nodes.all()}
+    assert nodes[busy].gpus_in_use == 8
+    assert nodes["gpu-cordoned"].schedulable is False
+    assert nodes["gpu-cordoned"].taints == ["nvidia.com/gpu=present:NoSchedule"]
+    assert "cordoned" in nodes["gpu-cordoned"].health_reason
+
+
+def service_workload(**fields):
+    return Workload(id="svc-7-a1", command=("python", "-m", "serve"),
+                    resources=Resources(gpus=1, cpu_cores=2, memory_mib=4096), replicas=2,
+                    ports=(8000,), service=True, image=IMAGE,
+                    labels={"ogai.job": "7", "ogai.attempt": "1", "ogai.tenant": "alpha"},
+                    **fields)
+
+
+def test_a_service_is_a_deployment_behind_a_service_and_answers_at_its_endpoint(kube):
+    driver = driver_for(kube.cluster)
+    workload = service_workload()
+    driver.launch(workload)
+    [deployment] = kube.objects("Deployment", "ogai-alpha")
+    assert deployment["spec"]["replicas"] == 2
+    assert driver.status([workload.id])[workload.id].phase == Phase.PENDING
+    kube.start_pods()
+    assert driver.status([workload.id])[workload.id].phase == Phase.RUNNING
+    assert driver.endpoint(workload.id) == "http://svc-7-a1.ogai-alpha.svc:8000"
+    driver.cancel(workload.id)
+    for kind in ("Deployment", "Service", "Pod"):
+        assert kube.objects(kind, "ogai-alpha") == []
+
+
+def test_with_volcano_a_gang_is_a_pod_group_of_all_its_replicas(kube, world):
+    kube.volcano = True
+    cluster = cluster_create(actor=world.operator, name="kube-volcano", driver="kubernetes",
+                             options={"default_image": IMAGE, "scheduler": "volcano",
+                                      "retry_delay_s": 0},
+                             kubeconfig=kube.kubeconfig())
+    driver = driver_for(cluster)
+    workload = replace(service_workload(), id="job-8-a1", service=False, ports=(),
+                       placement=("gpu-0", "gpu-1"))
+    driver.launch(workload)
+    [group] = kube.objects("PodGroup", "ogai-alpha")
+    assert group["spec"]["minMember"] == 2
+    [job] = kube.objects("Job", "ogai-alpha")
+    assert job["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+    driver.cancel(workload.id)
+    assert kube.objects("PodGroup", "ogai-alpha") == []

@@ -369,7 +369,7 @@ class KubernetesDriver(ClusterDriver):
     def endpoint(self, handle: str) -> str | None:
         _, owners, _ = self._owned()
         owner = owners.get(handle)
-        if owner is None or owner.kind != "Deployment":
+        if not isinstance(owner, client.V1Deployment):
             return None
         containers = owner.spec.template.spec.containers or []
         ports = [p.container_port for c in containers for p in (c.ports or [])]
@@ -416,7 +416,7 @@ def _node_info(node: Any, allocated: int) -> NodeInfo:
 
 def _ended_at(owner: Any) -> float | None:
     """When a Job completed or failed (a Deployment never ends)."""
-    if owner.kind != "Job" and not hasattr(owner.status, "completion_time"):
+    if not isinstance(owner, client.V1Job):
         return None
     for condition in owner.status.conditions or []:
         if condition.type in ("Complete", "Failed") and condition.status == "True":
@@ -448,8 +448,9 @@ def _pod_index(pod: Any, position: int) -> int:
 def _expected_replicas(owner: Any, found: int) -> int:
     if owner is None:
         return found
-    if owner.kind == "Job" or hasattr(owner.spec, "completions"):
-        return int(getattr(owner.spec, "completions", None) or found or 1)
+    # (Listed objects carry no kind: their model class says what they are.)
+    if isinstance(owner, client.V1Job):
+        return int(owner.spec.completions or found or 1)
     return int(owner.spec.replicas or found or 1)
 
 
