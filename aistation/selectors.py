@@ -5,8 +5,10 @@ from collections import defaultdict
 from django.db.models import Count, F, Q, QuerySet, Sum
 
 from aistation.choices import ACTIVE_STATES, JobState
-from aistation.models import Job, Queue
+from aistation.models import Job, Notebook, Queue
 from infra_os.access import scope_to_user
+from infra_os.choices import ADMIN_ROLES
+from infra_os.models import Membership
 
 
 def queue_list(*, user) -> QuerySet[Queue]:
@@ -38,3 +40,15 @@ def gpu_allocations(cluster_ids) -> dict[tuple[int, str], int]:
         for node in placement:
             held[(cluster_id, node)] += gpus
     return held
+
+
+def notebook_list(*, user) -> QuerySet[Notebook]:
+    """The notebooks of the caller's tenants that they may open: their own, and, for a
+    tenant's admins, all of that tenant's."""
+    own_or_admin = Q(owner=user) | Q(tenant_id__in=Membership.objects.filter(
+        user=user, role__in=ADMIN_ROLES).values("tenant_id"))
+    return scope_to_user(
+        Notebook.objects.filter(deleted=False).select_related("tenant", "owner", "queue",
+                                                             "queue__cluster", "job"),
+        user,
+    ).filter(own_or_admin)

@@ -5,6 +5,7 @@ from celery import shared_task
 from aistation.choices import LIVE_ATTEMPT_STATES, AttemptState, JobState
 from aistation.models import Attempt, Job
 from aistation.services.attempts import attempt_stop
+from aistation.services.notebooks import notebook_cull
 from aistation.services.reconcile import reconcile_cluster
 from aistation.services.scheduling import schedule_cluster
 from aistation.triggers import request_cycle
@@ -45,3 +46,10 @@ def cancel_job(job_id: int) -> int:
     if attempts:
         request_cycle(attempts[0].cluster_id)
     return len(attempts)
+
+
+@shared_task(name="aistation.cull_notebooks", queue="cluster", time_limit=300,
+             soft_time_limit=280)
+def cull_notebooks() -> int:
+    """Stop the notebooks idle past their tenant's limit (their home folders stay)."""
+    return len(notebook_cull())

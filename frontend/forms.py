@@ -296,3 +296,49 @@ class ClusterCreateForm(forms.Form):
         if not isinstance(options, dict):
             raise ValidationError('Give an object, e.g. {"nodes": 2}.')
         return options
+
+
+# Notebooks (JupyterLab environments, L2) ------------------------------------------------------
+
+# The notebook services' error keys (they submit a job) that differ from the form's fields.
+NOTEBOOK_START_FIELD_MAP = {
+    "resources.gpus": "gpus",
+    "resources.gpu_model": "gpu_model",
+    "resources.cpu": "cpu",
+    "resources.memory_mib": "memory_mib",
+    "gpus_per_replica": "gpus",
+    "cpu_per_replica": "cpu",
+    "memory_mib_per_replica": "memory_mib",
+    "cluster": "queue",
+}
+
+
+class NotebookStartForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="A name to find the environment by.")
+    queue = forms.ModelChoiceField(queryset=None, empty_label=None,
+                                   help_text="Its sessions wait and run in this queue, within "
+                                   "the tenant's quota.")
+    image = forms.CharField(max_length=500, required=False,
+                            help_text="empty: the cluster's own environment (local driver)")
+    gpus = forms.IntegerField(label="GPUs", min_value=0, max_value=1024, initial=0,
+                              help_text="Held while it runs; freed when it stops.")
+    gpu_model = forms.CharField(label="GPU model", max_length=64, required=False,
+                                help_text="e.g. H100; empty: any model.")
+    cpu = forms.FloatField(label="CPU cores", min_value=0.01, max_value=4096, initial=1)
+    memory_mib = forms.IntegerField(label="Memory (MiB)", min_value=1,
+                                    max_value=16 * 1024 * 1024, initial=4096)
+
+    def __init__(self, *args, queues, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].queryset = queues
+        self.fields["queue"].label_from_instance = lambda queue: (
+            f"{queue.name} (cluster {queue.cluster.name})"
+        )
+
+
+class NotebookPolicyForm(forms.Form):
+    idle_minutes = forms.IntegerField(
+        label="Idle limit (minutes)", min_value=5, max_value=7 * 24 * 60,
+        help_text="A running environment with no kernel busy and no browser open this long is "
+        "stopped to free its GPUs; its home folder stays. 5 minutes to a week.",
+    )

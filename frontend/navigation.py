@@ -58,6 +58,8 @@ SECTIONS = (
         NavItem("Jobs", "frontend:jobs", ("frontend:job", "frontend:job-submit")),
         NavItem("Queues", "frontend:queues",
                 ("frontend:queue", "frontend:queue-create", "frontend:queue-edit")),
+        NavItem("Notebooks", "frontend:notebooks",
+                ("frontend:notebook", "frontend:notebook-start")),
     )),
     NavSection("Toolchain", "L3", (NavItem("Toolchain", "frontend:toolchain"),)),
     NavSection("Models", "L4", (NavItem("Models", "frontend:models"),)),

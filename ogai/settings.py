@@ -246,6 +246,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "reconcile-attempts": {"task": "aistation.reconcile", "schedule": RECONCILE_INTERVAL_S},
     "schedule-cycle": {"task": "aistation.schedule_cycle", "schedule": SCHEDULE_INTERVAL_S},
     "sync-nodes": {"task": "podsys.sync_nodes", "schedule": 60.0},
+    "cull-notebooks": {"task": "aistation.cull_notebooks", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = TIME_ZONE
@@ -267,6 +268,12 @@ OGAI_ENCRYPTION_KEY = env_str("OGAI_ENCRYPTION_KEY", "")
 # attempt decided but not launched after the grace period is launched by reconcile.
 OGAI_RETRY_BACKOFF_S = float(env_str("OGAI_RETRY_BACKOFF_S", "10"))
 OGAI_LAUNCH_GRACE_S = float(env_str("OGAI_LAUNCH_GRACE_S", "30"))
+# Where a job's processes reach the platform's API (a notebook's SDK): this machine's server
+# by default; behind Kubernetes, the platform's Service URL.
+OGAI_INTERNAL_URL = env_str(
+    "OGAI_INTERNAL_URL",
+    f"http://{env_str('OGAI_HOST', '127.0.0.1')}:{env_str('OGAI_PORT', '8000')}",
+)
 # The scheduler's policy settings (unset: the defaults in `aistation.scheduler.policies`, which
 # say what they mean): the wait after which a job goes first and gets nodes reserved, the fair
 # policy's levels (attained GPU-seconds, comma-separated), the minimum run before a job of a
@@ -278,3 +285,6 @@ OGAI_SCHEDULER_PROMOTE_AFTER_S = env_float_or_none("OGAI_SCHEDULER_PROMOTE_AFTER
 
 # How long /readyz waits for a worker to answer its health task.
 OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))
+
+# ASGI apps mounted beside Django, by path prefix (see ogai/asgi.py): the notebooks' proxy.
+OGAI_ASGI_MOUNTS = {"/notebooks/": "aistation.proxy.application"}

@@ -4,6 +4,7 @@ notebooks, jobs and on laptops."""
 __version__ = "0.1.0"
 
 from ogai_client.client import OgaiClient, OgaiError
-from ogai_client.models import Job, JobLogs, Queue, Quota, User
+from ogai_client.models import Job, JobLogs, Notebook, Queue, Quota, User
 
-__all__ = ["Job", "JobLogs", "OgaiClient", "OgaiError", "Queue", "Quota", "User", "__version__"]
+__all__ = ["Job", "JobLogs", "Notebook", "OgaiClient", "OgaiError", "Queue", "Quota", "User",
+           "__version__"]

@@ -37,12 +37,14 @@ from ogai_client.config import (
     save_config,
 )
 from ogai_client.logs import LogFollower
-from ogai_client.models import ACTIVE_STATES, FINAL_STATES, Job
-from ogai_client.spec import SpecError, parse_spec
+from ogai_client.models import ACTIVE_STATES, FINAL_STATES, Job, Notebook
+from ogai_client.spec import SpecError, parse_memory, parse_spec
 
 STATE_STYLES = {
     "queued": "yellow", "admitted": "cyan", "running": "bold blue", "succeeded": "green",
     "failed": "bold red", "cancelled": "dim", "preempted": "magenta", "restarting": "yellow",
+    # notebooks
+    "waiting": "yellow", "starting": "cyan", "stopped": "dim",
 }
 DEFAULT_TAIL = 500
 
@@ -112,6 +114,18 @@ def _about_job(job_id: int) -> Iterator[None]:
         if exc.code == "not_found" and exc.status == 404:
             raise OgaiError("not_found", f"job {job_id} not found (or not visible to you)",
                             status=exc.status) from None
+        raise
+
+
+@contextmanager
+def _about_notebook(notebook_id: int) -> Iterator[None]:
+    """An unknown notebook is "not found", whether it does not exist or is someone else's."""
+    try:
+        yield
+    except OgaiError as exc:
+        if exc.code == "not_found" and exc.status == 404:
+            raise OgaiError("not_found", f"notebook {notebook_id} not found (or not visible to "
+                            "you)", status=exc.status) from None
         raise
 
 
@@ -462,6 +476,85 @@ def cmd_job_render(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+# -- notebooks ----------------------------------------------------------------------------------
+
+def _notebook_gpus(notebook: Notebook) -> str:
+    model = f" {notebook.resources.gpu_model}" if notebook.resources.gpu_model else ""
+    return f"{notebook.resources.gpus}{model}" if notebook.resources.gpus else "0"
+
+
+def _where(ctx: Context, notebook: Notebook) -> str:
+    """The address it opens at, while it runs (in a browser signed in to the platform)."""
+    return f"{ctx.client().url}{notebook.url}" if notebook.url else ""
+
+
+def cmd_notebook_list(args: argparse.Namespace, ctx: Context) -> int:
+    states = [s.strip() for value in args.state or [] for s in value.split(",") if s.strip()]
+    client = ctx.client()
+    notebooks = client.list_notebooks(tenant=args.tenant, state=states)
+    if args.json:
+        _print_json(ctx, [notebook.raw for notebook in notebooks])
+        return 0
+    if not notebooks:
+        ctx.note("no notebooks" + (f" in state {', '.join(states)}" if states else ""))
+        return 0
+    several_tenants = len({notebook.tenant for notebook in notebooks}) > 1
+    table = _table()
+    for column in ("ID", "NAME", "QUEUE", "OWNER", "STATE", "GPUS", "GPU-H", "URL", "AGE"):
+        table.add_column(column, justify="right" if column in {"ID", "GPUS", "GPU-H"}
+                         else "left", overflow="fold")
+    now = datetime.now(UTC)
+    for notebook in notebooks:
+        queue = f"{notebook.tenant}/{notebook.queue}" if several_tenants else notebook.queue
+        state = Text.assemble(_state(notebook.state),
+                              f" ({notebook.reason})" if notebook.reason else "")
+        table.add_row(str(notebook.id), notebook.name, queue, notebook.owner, state,
+                      _notebook_gpus(notebook), f"{notebook.gpu_hours:.2f}",
+                      _where(ctx, notebook) or "-",
+                      _age(notebook.created_at, now))
+    ctx.out.print(table)
+    return 0
+
+
+def cmd_notebook_start(args: argparse.Namespace, ctx: Context) -> int:
+    notebook = ctx.client().start_notebook(
+        args.name, tenant=args.tenant, queue=args.queue, image=args.image, gpus=args.gpus,
+        gpu_model=args.gpu_model, cpu=args.cpu, memory_mib=args.memory_mib)
+    if args.quiet:
+        ctx.out.print(str(notebook.id))
+        return 0
+    ctx.out.print(Text.assemble("notebook ", (str(notebook.id), "bold"),
+                                f" started: {notebook.name} in {notebook.tenant}/"
+                                f"{notebook.queue}, ", _state(notebook.state),
+                                f" ({notebook.reason})" if notebook.reason else ""))
+    return 0
+
+
+def cmd_notebook_stop(args: argparse.Namespace, ctx: Context) -> int:
+    with _about_notebook(args.id):
+        notebook = ctx.client().stop_notebook(args.id)
+    ctx.out.print(Text.assemble(f"notebook {notebook.id} ", _state(notebook.state),
+                                "; its home folder is kept"))
+    return 0
+
+
+def cmd_notebook_resume(args: argparse.Namespace, ctx: Context) -> int:
+    with _about_notebook(args.id):
+        notebook = ctx.client().resume_notebook(args.id)
+    where = _where(ctx, notebook)
+    ctx.out.print(Text.assemble(f"notebook {notebook.id} resumed: ", _state(notebook.state),
+                                f" ({notebook.reason})" if notebook.reason else "",
+                                f" at {where}" if where else ""))
+    return 0
+
+
+def cmd_notebook_delete(args: argparse.Namespace, ctx: Context) -> int:
+    with _about_notebook(args.id):
+        ctx.client().delete_notebook(args.id)
+    ctx.out.print(f"notebook {args.id} deleted")
+    return 0
+
+
 # -- queues -------------------------------------------------------------------------------------
 
 def cmd_queue_status(args: argparse.Namespace, ctx: Context) -> int:
@@ -531,6 +624,33 @@ def _job_id(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"job id {text!r} is not a job id")
     return value
+
+
+def _notebook_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"notebook id {text!r} is not a number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"notebook id {text!r} is not a notebook id")
+    return value
+
+
+def _cores(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of CPU cores") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of CPU cores")
+    return value
+
+
+def _memory_arg(text: str) -> int:
+    try:
+        return parse_memory(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("resources.memory: ")) from None
 
 
 def _interval(text: str) -> float:
@@ -617,6 +737,41 @@ def build_parser() -> ArgumentParser:
     render = command(jobs, "render", cmd_job_render,
                      "print, as YAML, the Kubernetes objects OGAI would create for a job")
     render.add_argument("id", type=_job_id, metavar="ID")
+
+    notebook = commands.add_parser("notebook", help="JupyterLab notebooks",
+                                   description="Notebooks.")
+    notebook.set_defaults(handler=None, group=notebook)
+    notebooks = notebook.add_subparsers(dest="notebook_command", metavar="ACTION")
+
+    nb_list = command(notebooks, "list", cmd_notebook_list, "list your notebooks, newest first")
+    nb_list.add_argument("--state", "-s", action="append", metavar="STATE",
+                         help="only notebooks in this state: stopped, waiting, starting, "
+                         "running, failed (repeat, or separate with commas)")
+    nb_list.add_argument("--tenant", help="only this tenant's notebooks")
+    nb_list.add_argument("--json", action="store_true", help="print the API's JSON")
+
+    nb_start = command(notebooks, "start", cmd_notebook_start,
+                       "create a notebook and start it (it waits in its queue like any job)")
+    nb_start.add_argument("name", metavar="NAME")
+    nb_start.add_argument("--tenant", help="the tenant (needed when you are in several)")
+    nb_start.add_argument("--queue", help="the queue (default 'default')")
+    nb_start.add_argument("--image", help="a container image with JupyterLab")
+    nb_start.add_argument("--gpus", type=_positive_int, help="GPUs (default 0)")
+    nb_start.add_argument("--gpu-model", help="pin a GPU model, e.g. H100")
+    nb_start.add_argument("--cpu", type=_cores, help="CPU cores (default 2)")
+    nb_start.add_argument("--memory", dest="memory_mib", type=_memory_arg, metavar="QUANTITY",
+                          help="memory, e.g. 16Gi (default 8Gi)")
+    nb_start.add_argument("--quiet", "-q", action="store_true",
+                          help="print only the notebook id")
+
+    for name, handler, text in (
+        ("stop", cmd_notebook_stop, "stop a notebook: its GPUs are freed, its home folder "
+         "stays"),
+        ("resume", cmd_notebook_resume, "start a stopped notebook again"),
+        ("delete", cmd_notebook_delete, "stop a notebook if it runs, and delete it"),
+    ):
+        sub = command(notebooks, name, handler, text)
+        sub.add_argument("id", type=_notebook_id, metavar="ID")
 
     queue = commands.add_parser("queue", help="queues and quotas", description="Queues.")
     queue.set_defaults(handler=None, group=queue)

@@ -3,6 +3,7 @@
     from ogai_client import OgaiClient
 
     client = OgaiClient.from_config()          # OGAI_URL / OGAI_TOKEN, or `ogai login`'s file
+    client = OgaiClient.from_env()             # OGAI_URL / OGAI_TOKEN only (in a notebook)
     job = client.submit_job({"name": "train", "command": ["python", "train.py"],
                              "resources": {"gpus": 8, "memory": "64Gi"}})
     client.wait_job(job.id)
@@ -13,6 +14,7 @@ the HTTP status, or a readable one for a network failure (`code` "unreachable" o
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
@@ -21,8 +23,8 @@ from typing import Any, TypeVar
 import httpx
 
 from ogai_client import __version__
-from ogai_client.config import load_config
-from ogai_client.models import Job, JobLogs, Page, Queue, Quota, User
+from ogai_client.config import TOKEN_ENV, URL_ENV, load_config
+from ogai_client.models import Job, JobLogs, Notebook, Page, Queue, Quota, User
 from ogai_client.spec import SpecError, normalize_spec
 
 T = TypeVar("T")
@@ -86,6 +88,18 @@ class OgaiClient:
             raise OgaiError("not_logged_in", f"no API token for {config.url}: set OGAI_TOKEN "
                             "or run `ogai login`")
         return cls(config.url, config.token, timeout=timeout)
+
+    @classmethod
+    def from_env(cls, *, timeout: float = 30.0) -> OgaiClient:
+        """A client for `OGAI_URL` and `OGAI_TOKEN` from the environment, and nothing else:
+        inside a notebook (or a job) the platform sets both."""
+        missing = [name for name in (URL_ENV, TOKEN_ENV) if not os.environ.get(name, "").strip()]
+        if missing:
+            raise OgaiError("not_logged_in", f"{' and '.join(missing)} "
+                            f"{'is' if len(missing) == 1 else 'are'} not set: the platform "
+                            "sets them inside a notebook; elsewhere set them, or use "
+                            "OgaiClient.from_config() after `ogai login`")
+        return cls(os.environ[URL_ENV], os.environ[TOKEN_ENV], timeout=timeout)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -298,6 +312,55 @@ class OgaiClient:
                 raise OgaiError("timeout", f"job {job_id} is still {job.state} after "
                                 f"{timeout_s:g} s")
             time.sleep(poll_s)
+
+    # -- notebooks --------------------------------------------------------------------------
+
+    def notebooks(self, *, tenant: str | None = None,
+                  state: str | Iterable[str] | None = None) -> list[Notebook]:
+        """Your notebooks (a tenant admin: all of the tenant's), newest first, every page."""
+        params: dict[str, Any] = {}
+        if tenant:
+            params["tenant"] = tenant
+        if state:
+            params["state"] = [state] if isinstance(state, str) else list(state)
+        return self._all(f"{AISTATION}/notebooks/", params, Notebook.from_api,
+                         key=lambda notebook: notebook.id)
+
+    def list_notebooks(self, *, tenant: str | None = None,
+                       state: str | Iterable[str] | None = None) -> list[Notebook]:
+        """The same as `notebooks()`."""
+        return self.notebooks(tenant=tenant, state=state)
+
+    def notebook(self, notebook_id: int) -> Notebook:
+        return Notebook.from_api(self._request("GET", f"{AISTATION}/notebooks/{int(notebook_id)}/"))
+
+    def start_notebook(self, name: str, *, tenant: str | None = None, queue: str | None = None,
+                       image: str | None = None, gpus: int | None = None,
+                       gpu_model: str | None = None, cpu: float | None = None,
+                       memory_mib: int | None = None) -> Notebook:
+        """Create a notebook and start its first session (it waits in `queue` like any job).
+        What is left out takes the server's default (queue "default", 0 GPUs, 2 CPU, 8 GiB)."""
+        body: dict[str, Any] = {"name": name}
+        for key, value in (("tenant", tenant), ("queue", queue), ("image", image),
+                           ("gpus", gpus), ("gpu_model", gpu_model), ("cpu", cpu),
+                           ("memory_mib", memory_mib)):
+            if value is not None:
+                body[key] = value
+        return Notebook.from_api(self._request("POST", f"{AISTATION}/notebooks/", json=body))
+
+    def stop_notebook(self, notebook_id: int) -> Notebook:
+        """Stop its session: the GPUs are freed, the home folder stays."""
+        return Notebook.from_api(
+            self._request("POST", f"{AISTATION}/notebooks/{int(notebook_id)}/stop/"))
+
+    def resume_notebook(self, notebook_id: int) -> Notebook:
+        """Start a stopped notebook again, with its home folder as it was."""
+        return Notebook.from_api(
+            self._request("POST", f"{AISTATION}/notebooks/{int(notebook_id)}/resume/"))
+
+    def delete_notebook(self, notebook_id: int) -> None:
+        """Stop it if it runs and delete it."""
+        self._request("DELETE", f"{AISTATION}/notebooks/{int(notebook_id)}/")
 
     # -- queues and quotas ------------------------------------------------------------------
 

@@ -191,6 +191,48 @@ class JobLogs:
 
 
 @dataclass(frozen=True)
+class Notebook:
+    """A JupyterLab environment. `state`: stopped, waiting, starting, running or failed;
+    `url` (a path on the platform, e.g. /notebooks/3/lab) only while it runs; `job` is the
+    current (or last) session's job id."""
+
+    id: int
+    name: str
+    state: str
+    tenant: str = ""
+    owner: str = ""
+    queue: str = ""
+    image: str = ""
+    resources: Resources = field(default_factory=lambda: Resources(cpu=2.0, memory_mib=8192))
+    reason: str = ""
+    job: int | None = None
+    url: str | None = None
+    gpu_hours: float = 0.0
+    idle_timeout_s: int | None = None
+    last_activity_at: datetime | None = None
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_running(self) -> bool:
+        return self.state == "running"
+
+    @classmethod
+    def from_api(cls, data: dict) -> Notebook:
+        return cls(
+            id=data["id"], name=data.get("name", ""), state=data.get("state", ""),
+            tenant=data.get("tenant") or "", owner=data.get("owner") or "",
+            queue=data.get("queue") or "", image=data.get("image") or "",
+            resources=Resources.from_api(data.get("resources")),
+            reason=data.get("reason") or "", job=data.get("job"), url=data.get("url") or None,
+            gpu_hours=float(data.get("gpu_hours") or 0.0),
+            idle_timeout_s=data.get("idle_timeout_s"),
+            last_activity_at=parse_time(data.get("last_activity_at")),
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
 class Queue:
     id: int
     name: str

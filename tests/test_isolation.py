@@ -7,7 +7,7 @@ OWNED_OBJECTS saying how to make one object owned by a given tenant and user.
 import pytest
 from django.urls import reverse
 
-from aistation.models import Job, Queue
+from aistation.models import Job, Notebook, Queue
 from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
 from podsys.models import Cluster, Node
 from tests.api_routes import api_routes
@@ -38,6 +38,9 @@ OWNED_OBJECTS = {
     AuditEvent: lambda tenant, user: AuditEventFactory(tenant=tenant),
     Cluster: lambda tenant, user: _tenant_cluster(tenant),
     Node: lambda tenant, user: NodeFactory(cluster=_tenant_cluster(tenant)),
+    Notebook: lambda tenant, user: Notebook.objects.create(
+        tenant=tenant, owner=user, name="explore",
+        queue=QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant))),
     Queue: lambda tenant, user: QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant)),
     Job: lambda tenant, user: JobFactory(
         queue=QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant)), owner=user),

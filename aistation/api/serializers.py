@@ -5,11 +5,13 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from aistation.choices import QueuePolicy
-from aistation.models import Attempt, Job, JobEvent, Queue
+from aistation.models import Attempt, Job, JobEvent, Notebook, Queue
 from aistation.services.jobs import MAX_TIME_LIMIT_S
+from aistation.services.notebooks import idle_timeout_s, notebook_gpu_hours, notebook_state
 from infra_os.access import role_in
 from infra_os.api.serializers import CallerTenantField
 from infra_os.choices import WRITE_ROLES
+from infra_os.models import Tenant
 from infra_os.models.tenancy import slug_validator
 from podsys.selectors import cluster_list
 
@@ -36,6 +38,25 @@ class RejectUnknownFields:
             if unknown:
                 raise serializers.ValidationError({name: "Unknown field." for name in unknown})
         return super().to_internal_value(data)
+
+
+def tenant_and_queue(user, attrs: dict, doing: str) -> tuple[Tenant, Queue]:
+    """The tenant named in `attrs` (or the caller's only writable one) and its queue named
+    `attrs["queue"]`."""
+    tenant = attrs.get("tenant")
+    if tenant is None:
+        writable = [t for t in CallerTenantField().get_queryset_for(user)
+                    if user.is_staff or role_in(user, t) in WRITE_ROLES]
+        if len(writable) != 1:
+            raise serializers.ValidationError(
+                {"tenant": f"Name the tenant: you can {doing} {len(writable)} tenants."})
+        tenant = writable[0]
+    queue = Queue.objects.filter(tenant=tenant, name=attrs["queue"]).select_related(
+        "cluster").first()
+    if queue is None:
+        raise serializers.ValidationError(
+            {"queue": f"No queue {attrs['queue']!r} in tenant {tenant.name}."})
+    return tenant, queue
 
 
 class ResourcesSerializer(RejectUnknownFields, serializers.Serializer):
@@ -74,22 +95,10 @@ class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
         return env
 
     def validate(self, attrs):
-        user = self.context["request"].user
-        tenant = attrs.get("tenant")
-        if tenant is None:
-            writable = [t for t in CallerTenantField().get_queryset_for(user)
-                        if user.is_staff or role_in(user, t) in WRITE_ROLES]
-            if len(writable) != 1:
-                raise serializers.ValidationError(
-                    {"tenant": "Name the tenant: you can submit to "
-                     f"{len(writable)} tenants."})
-            tenant = writable[0]
-        queue = Queue.objects.filter(tenant=tenant, name=attrs["queue"]).select_related(
-            "cluster").first()
-        if queue is None:
-            raise serializers.ValidationError(
-                {"queue": f"No queue {attrs['queue']!r} in tenant {tenant.name}."})
-        resources = attrs.pop("resources")
+        tenant, queue = tenant_and_queue(self.context["request"].user, attrs, "submit to")
+        # An omitted `resources` arrives as its bare default ({}), not through its fields.
+        resources = {name: field.default for name, field in ResourcesSerializer().fields.items()}
+        resources.update(attrs.pop("resources"))
         return {
             **attrs, "tenant": tenant, "queue": queue,
             "gpus_per_replica": resources["gpus"], "gpu_model": resources["gpu_model"],
@@ -196,3 +205,84 @@ class QueueUpdateSerializer(serializers.Serializer):
     is_active = serializers.BooleanField(required=False)
 
 
+
+
+# -- notebooks ----------------------------------------------------------------------------------
+
+NOTEBOOK_STATES = ["stopped", "waiting", "starting", "running", "failed"]
+
+
+class NotebookStartSerializer(RejectUnknownFields, serializers.Serializer):
+    tenant = CallerTenantField(required=False, help_text="Needed when you are in several.")
+    queue = serializers.CharField(max_length=63, default="default",
+                                  help_text="A queue of the tenant, by name.")
+    name = serializers.CharField(max_length=100)
+    image = serializers.CharField(max_length=500, allow_blank=True, default="",
+                                  help_text="A container image with JupyterLab; empty: the "
+                                  "cluster's default.")
+    gpus = serializers.IntegerField(min_value=0, max_value=1024, default=0)
+    gpu_model = serializers.CharField(max_length=64, allow_blank=True, default="")
+    cpu = serializers.FloatField(min_value=0.01, max_value=4096, default=1.0,
+                                 help_text="CPU cores.")
+    memory_mib = serializers.IntegerField(min_value=1, max_value=16 * 1024 * 1024, default=4096,
+                                          help_text="Memory, MiB.")
+
+    def validate(self, attrs):
+        tenant, queue = tenant_and_queue(self.context["request"].user, attrs,
+                                         "start notebooks in")
+        return {**attrs, "tenant": tenant, "queue": queue}
+
+
+class NotebookSerializer(serializers.ModelSerializer):
+    """A notebook as its owner sees it. Its tokens (the Jupyter server's, the SDK's) are never
+    part of it: the browser reaches the server through the platform's proxy at `url`."""
+
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    resources = serializers.SerializerMethodField()
+    state = serializers.SerializerMethodField(
+        help_text="stopped, waiting (queued), starting (admitted), running, or failed.")
+    reason = serializers.SerializerMethodField(help_text="Why its session waits, when it does.")
+    job = serializers.PrimaryKeyRelatedField(read_only=True,
+                                             help_text="The current (or last) session's job.")
+    url = serializers.SerializerMethodField(help_text="Where JupyterLab opens, while running.")
+    gpu_hours = serializers.SerializerMethodField()
+    idle_timeout_s = serializers.SerializerMethodField(
+        help_text="How long it may sit idle before it is stopped (the tenant's policy).")
+
+    class Meta:
+        model = Notebook
+        fields = ["id", "tenant", "owner", "name", "queue", "image", "resources", "state",
+                  "reason", "job", "url", "gpu_hours", "idle_timeout_s", "last_activity_at",
+                  "created_at"]
+
+    @extend_schema_field(ResourcesSerializer)
+    def get_resources(self, notebook: Notebook) -> dict:
+        return {"gpus": notebook.gpus, "gpu_model": notebook.gpu_model, "cpu": notebook.cpu,
+                "memory_mib": notebook.memory_mib}
+
+    @extend_schema_field(serializers.ChoiceField(choices=NOTEBOOK_STATES))
+    def get_state(self, notebook: Notebook) -> str:
+        return notebook_state(notebook)
+
+    def get_reason(self, notebook: Notebook) -> str:
+        if notebook.job is not None and notebook_state(notebook) == "waiting":
+            return notebook.job.reason
+        return ""
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_url(self, notebook: Notebook) -> str | None:
+        return f"/notebooks/{notebook.pk}/lab" if notebook_state(notebook) == "running" else None
+
+    def get_gpu_hours(self, notebook: Notebook) -> float:
+        known = self.context.get("gpu_hours")  # computed for a whole page at once by the list
+        if known is not None and notebook.pk in known:
+            return round(known[notebook.pk], 4)
+        return round(notebook_gpu_hours(notebook), 4)
+
+    def get_idle_timeout_s(self, notebook: Notebook) -> int:
+        known = self.context.get("idle_timeouts")
+        if known is not None and notebook.tenant_id in known:
+            return known[notebook.tenant_id]
+        return idle_timeout_s(notebook.tenant)

@@ -5,6 +5,7 @@ from aistation.api import views
 router = SimpleRouter(trailing_slash=True)
 router.register("queues", views.QueueViewSet, basename="queue")
 router.register("jobs", views.JobViewSet, basename="job")
+router.register("notebooks", views.NotebookViewSet, basename="notebook")
 
 app_name = "aistation-api"
 urlpatterns = router.urls

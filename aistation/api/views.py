@@ -1,4 +1,5 @@
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -6,9 +7,19 @@ from rest_framework.response import Response
 
 from aistation import selectors
 from aistation.api import serializers as s
+from aistation.choices import JobState
 from aistation.filtersets import JobFilterSet, QueueFilterSet
+from aistation.models import Notebook
 from aistation.services.jobs import job_cancel, job_rerun, job_submit
 from aistation.services.manifests import job_manifests
+from aistation.services.notebooks import (
+    idle_timeouts,
+    notebook_delete,
+    notebook_resume,
+    notebook_start,
+    notebook_stop,
+    notebooks_gpu_hours,
+)
 from aistation.services.queues import queue_create, queue_update
 from infra_os.api.viewsets import ScopedViewSet
 from infra_os.choices import ADMIN_ROLES
@@ -116,6 +127,98 @@ class JobViewSet(mixins.ListModelMixin, ScopedViewSet):
         job = self.get_object()
         return self.respond({"yaml": job_manifests(job=job)},
                             serializer=s.JobManifestsSerializer)
+
+
+# What `notebook_state` answers, as a condition on the session's job (for ?state=).
+_WAITING = (JobState.QUEUED, JobState.RESTARTING, JobState.PREEMPTED)
+_NOTEBOOK_STATE_FILTERS = {
+    "waiting": Q(job__state__in=_WAITING),
+    "starting": Q(job__state=JobState.ADMITTED),
+    "running": Q(job__state=JobState.RUNNING),
+    "failed": Q(job__state=JobState.FAILED),
+    "stopped": Q(job=None) | Q(job__state__in=(JobState.SUCCEEDED, JobState.CANCELLED)),
+}
+
+
+class NotebookViewSet(ScopedViewSet):
+    """Notebooks: JupyterLab environments run as jobs of a queue, opened through the platform
+    at their `url`. Start one, stop it (its GPUs are freed, its home folder stays), resume it,
+    delete it. The owner and the tenant's admins see and manage a notebook; nobody else."""
+
+    selector = selectors.notebook_list
+    output_serializer_class = s.NotebookSerializer
+    input_serializer_classes = {"create": s.NotebookStartSerializer}
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no user
+            return Notebook.objects.none()
+        return super().get_queryset()
+
+    def filter_queryset(self, queryset):
+        tenant = self.request.query_params.get("tenant")
+        if tenant:
+            queryset = queryset.filter(tenant__name=tenant)
+        states = [value for raw in self.request.query_params.getlist("state")
+                  for value in raw.split(",") if value]
+        if states:
+            unknown = sorted(set(states) - set(_NOTEBOOK_STATE_FILTERS))
+            if unknown:
+                raise ValidationError({"state": f"Unknown state {unknown[0]!r}; use one of "
+                                       f"{', '.join(s.NOTEBOOK_STATES)}."})
+            condition = Q()
+            for state in states:
+                condition |= _NOTEBOOK_STATE_FILTERS[state]
+            queryset = queryset.filter(condition)
+        return queryset
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("tenant", str, description="Only this tenant's notebooks."),
+            OpenApiParameter("state", str, many=True, enum=s.NOTEBOOK_STATES,
+                             description="Only notebooks in this state (repeat for several)."),
+        ],
+        responses=s.NotebookSerializer(many=True),
+    )
+    def list(self, request):
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        notebooks = list(page if page is not None else queryset)
+        data = s.NotebookSerializer(notebooks, many=True,
+                                    context={**self.get_serializer_context(),
+                                             **_page_extras(notebooks)}).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
+
+    @extend_schema(responses=s.NotebookSerializer)
+    def retrieve(self, request, pk=None):
+        return self.respond(self.get_object())
+
+    @extend_schema(request=s.NotebookStartSerializer, responses={201: s.NotebookSerializer})
+    def create(self, request):
+        notebook = notebook_start(actor=request.user, **self.validated_input())
+        return self.respond(self.reload(notebook), http_status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={202: s.NotebookSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        notebook = notebook_stop(actor=request.user, notebook=self.get_object())
+        return self.respond(self.reload(notebook), http_status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: s.NotebookSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        notebook = notebook_resume(actor=request.user, notebook=self.get_object())
+        return self.respond(self.reload(notebook), http_status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={204: None})
+    def destroy(self, request, pk=None):
+        notebook_delete(actor=request.user, notebook=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _page_extras(notebooks) -> dict:
+    """The GPU-hours and idle limits of a page of notebooks, in a few queries for all."""
+    return {"gpu_hours": notebooks_gpu_hours(notebooks),
+            "idle_timeouts": idle_timeouts({notebook.tenant_id for notebook in notebooks})}
 
 
 def _int_param(request, name: str, default: int, low: int, high: int) -> int:

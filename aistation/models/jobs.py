@@ -34,6 +34,12 @@ class Job(TimeStampedModel):
     replicas = models.PositiveIntegerField(default=1)
     max_restarts = models.PositiveIntegerField(default=0)
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
+    # A service runs until stopped and answers on `ports` (a notebook, a model server).
+    service = models.BooleanField(default=False)
+    ports = models.JSONField(default=list, blank=True)
+    # Environment the job's processes get but no page or API shows (tokens), encrypted with
+    # `ogai.crypto` as a JSON object.
+    secret_env = models.TextField(blank=True, editable=False)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     reason = models.TextField(blank=True)

@@ -1,5 +1,7 @@
 """Submitting, cancelling and rerunning jobs."""
 
+import json
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -12,6 +14,7 @@ from infra_os.access import require_role
 from infra_os.choices import WRITE_ROLES
 from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
+from ogai.crypto import encrypt
 from podsys.services.clusters import cluster_refresh_capacity
 
 MAX_TIME_LIMIT_S = 30 * 24 * 3600
@@ -69,7 +72,12 @@ def job_submit(
     max_restarts: int = 0,
     time_limit_s: int | None = None,
     rerun_of: Job | None = None,
+    service: bool = False,
+    ports: list[int] | None = None,
+    secret_env: dict[str, str] | None = None,
 ) -> Job:
+    """Queue a job. `secret_env` reaches its processes but is stored encrypted and shown
+    nowhere (a notebook's tokens); a `service` runs until stopped, answering on `ports`."""
     require_role(actor, tenant, WRITE_ROLES)
     if queue.tenant_id != tenant.pk or not queue.is_active:
         raise ValidationError({"queue": f"No active queue {queue.name!r} in {tenant.name}."})
@@ -88,6 +96,8 @@ def job_submit(
         memory_mib_per_replica=memory_mib_per_replica, replicas=replicas,
         max_restarts=max_restarts, time_limit_s=time_limit_s, queued_at=now,
         rerun_of=rerun_of, state=JobState.QUEUED, reason="submitted; waiting for the scheduler",
+        service=service, ports=list(ports or []),
+        secret_env=encrypt(json.dumps(secret_env)) if secret_env else "",
     )
     # The foreign keys were resolved above and the database enforces the constraints:
     # checking them again here would cost a query each on every submission.

@@ -1,10 +1,12 @@
 """Turning a job attempt into the driver's Workload."""
 
+import json
 from pathlib import Path
 
 from django.conf import settings
 
 from aistation.models import Attempt, Job
+from ogai.crypto import decrypt
 from podsys.drivers.base import Resources, Workload
 
 
@@ -21,6 +23,7 @@ def attempt_workload(attempt: Attempt) -> Workload:
     checkpoint_dir = job_checkpoint_dir(job)
     env = {
         **job.env,
+        **(json.loads(decrypt(job.secret_env)) if job.secret_env else {}),
         "OGAI_JOB_ID": str(job.pk),
         "OGAI_ATTEMPT": str(attempt.number),
         "OGAI_CHECKPOINT_DIR": str(checkpoint_dir),
@@ -39,4 +42,6 @@ def attempt_workload(attempt: Attempt) -> Workload:
         checkpoint_dir=str(checkpoint_dir),
         labels={"ogai.job": str(job.pk), "ogai.attempt": str(attempt.number),
                 "ogai.tenant": job.tenant.name},
+        service=job.service,
+        ports=tuple(job.ports),
     )

@@ -50,6 +50,15 @@ def test_a_submitted_job_is_queued_and_says_why_it_waits(api, world, farm):
     assert body["reason"]
 
 
+def test_resources_may_be_left_out_for_the_defaults(api, world, farm):
+    body = spec()
+    del body["resources"]
+    response = api.as_user(world.alpha_member).post(JOBS, body, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["resources"] == {"gpus": 0, "gpu_model": "", "cpu": 1.0,
+                                            "memory_mib": 1024}
+
+
 def test_the_tenant_may_be_left_out_by_a_member_of_one_tenant(api, world, farm):
     body = spec()
     del body["tenant"]

@@ -14,7 +14,7 @@ import pytest
 from ogai_client import OgaiClient, OgaiError, cli
 from ogai_client.config import Config, load_config, save_config
 from ogai_client.logs import LogFollower, overlap
-from ogai_client.models import JobLogs
+from ogai_client.models import JobLogs, Notebook
 from ogai_client.spec import SpecError, parse_memory, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -270,3 +270,147 @@ def test_follow_on_a_terminal_shows_a_spinner_and_keeps_stdout_clean(monkeypatch
     assert capsys.readouterr().out == "hello\nworld\n"
     assert "queued (because 2)" in terminal.getvalue()  # the spinner's latest status
     assert "succeeded" in terminal.getvalue()
+
+
+# -- notebooks and from_env -------------------------------------------------------------------
+
+NOTEBOOK = {"id": 4, "tenant": "alpha", "owner": "ann", "name": "explore", "queue": "default",
+            "image": "", "resources": {"gpus": 1, "gpu_model": "H100", "cpu": 2.0,
+                                       "memory_mib": 8192},
+            "state": "running", "reason": "", "job": 17, "url": "/notebooks/4/lab",
+            "gpu_hours": 1.25, "idle_timeout_s": 3600,
+            "last_activity_at": "2026-01-02T03:04:05Z", "created_at": "2026-01-02T03:00:00Z"}
+
+
+def test_from_env_takes_the_url_and_token_or_names_what_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    save_config(Config(url="http://stored", token="stored"))  # never read by from_env
+    monkeypatch.delenv("OGAI_URL", raising=False)
+    monkeypatch.delenv("OGAI_TOKEN", raising=False)
+    with pytest.raises(OgaiError) as raised:
+        OgaiClient.from_env()
+    assert raised.value.code == "not_logged_in"
+    assert "OGAI_URL and OGAI_TOKEN are not set" in str(raised.value)
+    monkeypatch.setenv("OGAI_URL", "http://ogai.internal:8000/")
+    with pytest.raises(OgaiError, match=r"^OGAI_TOKEN is not set"):
+        OgaiClient.from_env()
+    monkeypatch.setenv("OGAI_TOKEN", "ogai_abc")
+    client = OgaiClient.from_env(timeout=5)
+    assert (client.url, client.token, client.timeout) == ("http://ogai.internal:8000",
+                                                          "ogai_abc", 5)
+    monkeypatch.delenv("OGAI_URL")
+    with pytest.raises(OgaiError, match=r"^OGAI_URL is not set"):
+        OgaiClient.from_env()
+
+
+def test_notebook_methods_send_what_the_api_expects_and_parse_its_answers():
+    seen = []
+
+    def handler(request):
+        path = request.url.path.removeprefix("/prefix/api/v1/aistation")
+        body = json.loads(request.content) if request.content else None
+        seen.append((request.method, path, dict(request.url.params.multi_items()), body))
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        if request.method == "GET" and path == "/notebooks/":
+            return httpx.Response(200, json={"count": 1, "next": None, "previous": None,
+                                             "results": [NOTEBOOK]})
+        if path.endswith("/stop/"):
+            return httpx.Response(202, json={**NOTEBOOK, "state": "stopped", "url": None})
+        if path.endswith("/resume/"):
+            return httpx.Response(202, json={**NOTEBOOK, "state": "waiting", "url": None,
+                                             "reason": "waiting: tenant quota", "job": 18})
+        return httpx.Response(201 if request.method == "POST" else 200, json=NOTEBOOK)
+
+    client = _client(handler)
+    [listed] = client.list_notebooks(tenant="alpha")
+    assert listed == Notebook.from_api(NOTEBOOK)
+    assert (listed.id, listed.tenant, listed.owner, listed.state, listed.job) == (
+        4, "alpha", "ann", "running", 17)
+    assert listed.is_running and listed.url == "/notebooks/4/lab" and listed.gpu_hours == 1.25
+    assert listed.resources.gpus == 1 and listed.resources.gpu_model == "H100"
+    assert listed.last_activity_at is not None and listed.last_activity_at.tzinfo is not None
+    started = client.start_notebook("explore", tenant="alpha", gpus=1, memory_mib=4096)
+    assert started.id == 4
+    stopped = client.stop_notebook(4)
+    assert stopped.state == "stopped" and stopped.url is None and not stopped.is_running
+    resumed = client.resume_notebook(4)
+    assert (resumed.state, resumed.reason, resumed.job) == ("waiting", "waiting: tenant quota",
+                                                            18)
+    assert client.delete_notebook(4) is None
+    assert client.notebook(4).name == "explore"
+    assert seen == [
+        ("GET", "/notebooks/", {"tenant": "alpha", "limit": "200", "offset": "0"}, None),
+        ("POST", "/notebooks/", {}, {"name": "explore", "tenant": "alpha", "gpus": 1,
+                                     "memory_mib": 4096}),
+        ("POST", "/notebooks/4/stop/", {}, None),
+        ("POST", "/notebooks/4/resume/", {}, None),
+        ("DELETE", "/notebooks/4/", {}, None),
+        ("GET", "/notebooks/4/", {}, None),
+    ]
+
+
+def test_a_notebook_tolerates_missing_and_new_fields():
+    notebook = Notebook.from_api({"id": 1, "future": True})
+    assert (notebook.state, notebook.url, notebook.job, notebook.gpu_hours) == ("", None, None,
+                                                                                0.0)
+
+
+def test_notebook_errors_carry_the_envelope():
+    def handler(request):
+        return httpx.Response(400, json={"code": "invalid", "message": "No queue 'x' in alpha.",
+                                         "fields": {"queue": ["No queue 'x' in alpha."]}})
+
+    with pytest.raises(OgaiError) as raised:
+        _client(handler).start_notebook("n", queue="x")
+    assert (raised.value.code, raised.value.status, raised.value.fields) == (
+        "invalid", 400, {"queue": ["No queue 'x' in alpha."]})
+
+
+def test_the_notebook_commands(monkeypatch, capsys):
+    def handler(request):
+        path = request.url.path
+        if path.endswith("/notebooks/9/stop/"):
+            return httpx.Response(404, json={"code": "not_found", "message": "Not found.",
+                                             "fields": {}})
+        if path.endswith("/stop/"):
+            return httpx.Response(202, json={**NOTEBOOK, "state": "stopped", "url": None})
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        if request.method == "POST":
+            assert json.loads(request.content) == {"name": "explore", "gpus": 1,
+                                                   "memory_mib": 16384}
+            return httpx.Response(201, json={**NOTEBOOK, "state": "waiting", "url": None,
+                                             "reason": "waiting: tenant quota 8/8 GPUs"})
+        return httpx.Response(200, json={"count": 1, "results": [NOTEBOOK]})
+
+    client = _client(handler)
+    monkeypatch.setattr(cli.Context, "client", lambda self: client)
+    assert cli.main(["notebook", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "explore" in out and "running" in out and "http://ogai.test/prefix/notebooks/4/lab" \
+        in out
+    assert cli.main(["notebook", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["id"] == 4
+    assert cli.main(["notebook", "start", "explore", "--gpus", "1", "--memory", "16Gi"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("notebook 4 started: explore in alpha/default, waiting")
+    assert "tenant quota" in out
+    assert cli.main(["notebook", "stop", "4"]) == 0
+    assert capsys.readouterr().out.startswith("notebook 4 stopped")
+    assert cli.main(["notebook", "delete", "4"]) == 0
+    assert capsys.readouterr().out == "notebook 4 deleted\n"
+    assert cli.main(["notebook", "stop", "9"]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: notebook 9 not found (or not visible to you)\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ["notebook"], ["notebook", "stop"], ["notebook", "stop", "abc"], ["notebook", "start"],
+    ["notebook", "start", "n", "--memory", "lots"], ["notebook", "start", "n", "--cpu", "0"],
+])
+def test_notebook_usage_errors_exit_2_with_one_line(argv, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "--help" in err

@@ -1,0 +1,153 @@
+"""Notebooks: sessions as service jobs (quota, queue, GPUs freed on stop), tokens kept out of
+sight, and, on the local driver, a real JupyterLab culled when idle and resumed with its home."""
+
+import time
+from datetime import timedelta
+
+import httpx
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.utils import timezone
+
+from aistation.choices import JobState
+from aistation.models import Notebook, NotebookPolicy
+from aistation.services import scheduling
+from aistation.services.notebooks import (
+    NotebookNotFound,
+    NotebookNotRunning,
+    notebook_cull,
+    notebook_home,
+    notebook_proxy_target,
+    notebook_resume,
+    notebook_start,
+    notebook_stop,
+)
+from aistation.services.queues import queue_create
+from aistation.services.reconcile import reconcile_cluster
+from aistation.services.workloads import attempt_workload
+from aistation.tasks import cancel_job
+from infra_os.models import ApiToken
+from podsys.models import Cluster
+from podsys.services.clusters import cluster_sync_nodes
+
+
+def cycle(cluster):
+    return scheduling.schedule_cluster(cluster_id=cluster.pk)
+
+
+def test_a_notebooks_gpus_count_against_quota_while_it_runs_and_are_freed_when_it_stops(
+        farm, world):
+    queue = farm.queues["alpha"]
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha, queue=queue,
+                              name="explore", gpus=8)
+    cycle(farm.cluster)
+    notebook.refresh_from_db()
+    job = notebook.job
+    assert job.state == JobState.RUNNING and job.service and job.gpus == 8
+    other = farm.submit(gpus=1)
+    cycle(farm.cluster)
+    other.refresh_from_db()
+    assert other.borrowed  # alpha's 8-GPU quota is the notebook's: the job runs above it
+
+    notebook_stop(actor=world.alpha_member, notebook=notebook)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    assert ApiToken.objects.get(pk=notebook.sdk_token_id).revoked_at is not None
+    after = farm.submit(gpus=4)
+    cycle(farm.cluster)
+    after.refresh_from_db()
+    assert after.state == JobState.RUNNING and not after.borrowed
+    assert [e.kind for e in notebook.events.all()] == ["started", "stopped"]
+
+
+def test_tokens_reach_the_session_only(farm, world):
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha,
+                              queue=farm.queues["alpha"], name="explore")
+    job = notebook.job
+    assert "JUPYTER_TOKEN" not in job.env and "OGAI_TOKEN" not in job.env
+    assert "--ServerApp.token" not in " ".join(job.command)
+    cycle(farm.cluster)
+    workload = attempt_workload(notebook.job.attempts.get())
+    assert workload.service and workload.ports
+    assert workload.env["JUPYTER_TOKEN"] and workload.env["OGAI_TOKEN"].startswith("ogai_")
+    assert workload.env["OGAI_URL"].startswith("http")
+    assert workload.env["JUPYTER_TOKEN"] not in notebook.server_token  # stored encrypted
+
+
+def test_only_the_owner_and_tenant_admins_reach_a_notebook(farm, world):
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha,
+                              queue=farm.queues["alpha"], name="explore")
+    with pytest.raises(NotebookNotRunning, match="waiting"):
+        notebook_proxy_target(user=world.alpha_member, notebook_id=notebook.pk)
+    for stranger in (world.beta_member, world.beta_admin, world.alpha_viewer):
+        with pytest.raises(NotebookNotFound):
+            notebook_proxy_target(user=stranger, notebook_id=notebook.pk)
+        with pytest.raises(PermissionDenied):
+            notebook_stop(actor=stranger, notebook=notebook)
+    cycle(farm.cluster)
+    assert notebook_proxy_target(user=world.alpha_admin, notebook_id=notebook.pk).token
+    with pytest.raises(PermissionDenied):
+        notebook_start(actor=world.alpha_viewer, tenant=world.alpha,
+                       queue=farm.queues["alpha"], name="peek")
+
+
+# -- a real JupyterLab on the local driver ---------------------------------------------------------
+
+def _wait_for_server(notebook, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            target = notebook_proxy_target(user=notebook.owner, notebook_id=notebook.pk)
+            response = httpx.get(f"{target.upstream}/notebooks/{notebook.pk}/api/status",
+                                 headers={"Authorization": f"token {target.token}"}, timeout=5)
+            if response.status_code == 200:
+                return target
+        except (NotebookNotRunning, httpx.HTTPError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"JupyterLab of notebook {notebook.pk} never answered")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_notebook_is_culled_and_resumes_with_its_home(world, tmp_path, settings):
+    cluster = Cluster.objects.create(name="here", driver="local",
+                                     options={"root": str(tmp_path / "cluster"), "grace_s": 2})
+    cluster_sync_nodes(cluster=cluster)
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default",
+                         cluster=cluster)
+    NotebookPolicy.objects.create(tenant=world.alpha, idle_timeout_s=600)
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha, queue=queue,
+                              name="explore")
+    try:
+        cycle(cluster)
+        target = _wait_for_server(notebook)
+        api = f"{target.upstream}/notebooks/{notebook.pk}/api"
+        headers = {"Authorization": f"token {target.token}"}
+        saved = httpx.put(f"{api}/contents/notes.txt", headers=headers, timeout=10, json={
+            "type": "file", "format": "text", "content": "kept across sessions"})
+        assert saved.status_code in (200, 201), saved.text
+        assert (notebook_home(notebook) / "notes.txt").read_text() == "kept across sessions"
+
+        assert notebook_cull() == []  # just used
+        later = timezone.now() + timedelta(minutes=11)
+        assert notebook_cull(now=later) == [notebook.pk]
+        notebook.refresh_from_db()
+        assert notebook.job.state == JobState.CANCELLED
+        reconcile_cluster(cluster=cluster)  # stops the server (a worker would at once)
+        culled = notebook.events.get(kind="culled")
+        assert "idle for 1" in culled.reason and "limit is 10 min" in culled.reason
+        assert (notebook_home(notebook) / "notes.txt").exists()
+
+        notebook = notebook_resume(actor=world.alpha_member, notebook=notebook)
+        cycle(cluster)
+        target = _wait_for_server(notebook)
+        again = httpx.get(f"{target.upstream}/notebooks/{notebook.pk}/api/contents/notes.txt",
+                          headers={"Authorization": f"token {target.token}"}, timeout=10)
+        assert again.json()["content"] == "kept across sessions"
+    finally:
+        notebook = Notebook.objects.select_related("job").get(pk=notebook.pk)
+        if notebook.job and notebook.job.state in (JobState.RUNNING, JobState.ADMITTED):
+            notebook_stop(actor=world.alpha_member, notebook=notebook)
+        if notebook.job:
+            cancel_job(job_id=notebook.job.pk)
