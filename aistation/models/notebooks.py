@@ -32,6 +32,9 @@ class Notebook(TimeStampedModel):
     sdk_token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL,
                                   related_name="+", editable=False)
     last_activity_at = models.DateTimeField(null=True, blank=True)
+    # The home folder's size when its last session ended: what it holds of the tenant's
+    # storage quota.
+    home_bytes = models.PositiveBigIntegerField(default=0, editable=False)
     deleted = models.BooleanField(default=False)
 
     class Meta:

@@ -20,6 +20,7 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from aistation.choices import ACTIVE_STATES, FINAL_STATES, JobState
@@ -123,9 +124,37 @@ def _command(notebook: Notebook, local: bool) -> tuple[list[str], int]:
             "--ServerApp.allow_remote_access=True", *common], JUPYTER_PORT
 
 
+def _folder_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).lstat().st_size
+            except OSError:
+                continue
+    return total
+
+
+def _check_storage(tenant: Tenant) -> None:
+    """Notebook homes count against the tenant's storage quota (their sizes as of their last
+    session's end): a tenant over it starts no session until it frees space."""
+    quota = getattr(tenant, "quota", None)
+    if quota is None:
+        return
+    used = Notebook.objects.filter(tenant=tenant, deleted=False) \
+        .aggregate(total=Sum("home_bytes"))["total"] or 0
+    limit = quota.storage_gib * 2**30
+    if used >= limit:
+        raise ValidationError({"storage": (
+            f"The notebooks' home folders of {tenant.name} hold {used / 2**30:.1f} GiB of its "
+            f"{quota.storage_gib} GiB storage quota: delete files or notebooks, or ask for "
+            "more.")})
+
+
 def _start_session(actor, notebook: Notebook, kind: str, reason: str) -> Notebook:
     """A new job for the notebook, with fresh tokens (the Jupyter server's, and the SDK's API
     token acting as the owner), both only in the job's secret environment."""
+    _check_storage(notebook.tenant)
     local = notebook.queue.cluster.driver == "local"
     home = notebook_home(notebook)
     home.mkdir(parents=True, exist_ok=True)
@@ -180,6 +209,8 @@ def _end_session(actor, notebook: Notebook, kind: str, reason: str) -> None:
         job_cancel(actor=actor or notebook.owner, job=job)
     if notebook.sdk_token is not None:
         api_token_revoke(actor=notebook.owner, token=notebook.sdk_token)
+    notebook.home_bytes = _folder_bytes(notebook_home(notebook))
+    notebook.save(update_fields=["home_bytes", "updated_at"])
     NotebookEvent.objects.create(notebook=notebook, kind=kind, reason=reason)
     audit_record(actor=actor, action=f"notebook.{kind}", obj=notebook, tenant=notebook.tenant,
                  changes={"reason": reason})

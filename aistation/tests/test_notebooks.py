@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from aistation.choices import JobState
@@ -16,6 +16,7 @@ from aistation.services.notebooks import (
     NotebookNotFound,
     NotebookNotRunning,
     notebook_cull,
+    notebook_delete,
     notebook_home,
     notebook_proxy_target,
     notebook_resume,
@@ -151,3 +152,25 @@ def test_an_idle_notebook_is_culled_and_resumes_with_its_home(world, tmp_path, s
             notebook_stop(actor=world.alpha_member, notebook=notebook)
         if notebook.job:
             cancel_job(job_id=notebook.job.pk)
+
+
+def test_notebook_homes_count_against_the_tenants_storage_quota(farm, world):
+    quota = world.alpha.quota
+    quota.storage_gib = 1
+    quota.save()
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha,
+                              queue=farm.queues["alpha"], name="explore")
+    cycle(farm.cluster)
+    home = notebook_home(notebook)
+    with (home / "weights.bin").open("wb") as f:
+        f.truncate(2**30)  # a sparse GiB: its size counts
+    notebook_stop(actor=world.alpha_member, notebook=notebook)
+    notebook.refresh_from_db()
+    assert notebook.home_bytes >= 2**30
+    with pytest.raises(ValidationError, match=r"1\.0 GiB of its 1 GiB storage quota"):
+        notebook_resume(actor=world.alpha_member, notebook=notebook)
+    (home / "weights.bin").unlink()
+    notebook_delete(actor=world.alpha_member, notebook=notebook)
+    fresh = notebook_start(actor=world.alpha_member, tenant=world.alpha,
+                           queue=farm.queues["alpha"], name="again")
+    assert fresh.job.state == JobState.QUEUED
