@@ -263,6 +263,19 @@ def _forwarded_headers(scope: Scope, headers: list[tuple[str, str]]) -> list[tup
     return out
 
 
+def _cookie_allowed(name: bytes, value: bytes, notebook_id: int) -> bool:
+    """A notebook server (whose code its owner controls) may set cookies only for its own path,
+    never the platform's cookies: no session fixation through the shared origin."""
+    if name.lower() != b"set-cookie":
+        return True
+    text = value.decode("latin-1")
+    cookie = text.split("=", 1)[0].strip()
+    if cookie in (settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME):
+        return False
+    path = re.search(r";\s*path=([^;]*)", text, re.IGNORECASE)
+    return bool(path) and path.group(1).strip().startswith(f"/notebooks/{notebook_id}/")
+
+
 # -- HTTP -------------------------------------------------------------------------------------
 
 
@@ -361,6 +374,7 @@ async def _http(scope: Scope, receive: Receive, send: Send) -> None:
             "headers": [
                 (k, v) for k, v in response.headers.raw
                 if k.decode("latin-1").lower() not in HOP_BY_HOP
+                and _cookie_allowed(k, v, notebook_id)
             ],
         })
         try:

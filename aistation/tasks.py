@@ -1,5 +1,7 @@
 """Thin tasks: load by id, call a service. All on the `cluster` queue."""
 
+import logging
+
 from celery import shared_task
 
 from aistation.choices import LIVE_ATTEMPT_STATES, AttemptState, JobState
@@ -9,7 +11,10 @@ from aistation.services.notebooks import notebook_cull
 from aistation.services.reconcile import reconcile_cluster
 from aistation.services.scheduling import schedule_cluster
 from aistation.triggers import request_cycle
+from podsys.drivers.base import DriverError
 from podsys.models import Cluster
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="aistation.schedule_cycle", queue="cluster", time_limit=120,
@@ -30,7 +35,11 @@ def reconcile() -> int:
     cluster_ids = Attempt.objects.filter(state__in=LIVE_ATTEMPT_STATES) \
         .values_list("cluster_id", flat=True).distinct()
     for cluster in Cluster.objects.filter(pk__in=list(cluster_ids)):
-        result = reconcile_cluster(cluster=cluster)
+        try:
+            result = reconcile_cluster(cluster=cluster)
+        except DriverError as exc:  # one unreachable cluster must not hold up the others
+            logger.warning("Cluster %s: reconcile failed: %s", cluster.name, exc)
+            continue
         if result.ended or result.stopped:
             ended += result.ended
             request_cycle(cluster.pk)

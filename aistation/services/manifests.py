@@ -25,6 +25,7 @@ def job_manifests(*, job: Job) -> str:
     attempt = job_next_attempt(job)
     try:
         opts = KubeOptions.from_options(job.cluster.options)
-        return render_yaml(workload_objects(attempt_workload(attempt), opts))
+        return render_yaml(workload_objects(attempt_workload(attempt, reveal_secrets=False),
+                                            opts))
     except ValueError as exc:
         raise ValidationError(str(exc)) from None

@@ -2,8 +2,8 @@
 platform (`aistation.proxy`). Each start is a new job in the notebook's queue (quota, queue, a
 reason while it waits); stopping cancels it and frees its GPUs; the home folder stays.
 
-Who may do what: the owner and the tenant's admins start, stop, resume, delete and open a
-notebook; nobody else reaches it (404, as for anything of another tenant)."""
+Who may do what: the owner and the tenant's admins stop, resume and delete a notebook; only its
+owner opens it (its session acts as the owner); nobody else reaches it (404)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 import secrets
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -59,11 +60,18 @@ class NotebookNotRunning(Exception):
 
 
 def _may_use(user, notebook: Notebook) -> bool:
+    """Manage it (stop, resume, delete): its owner, and the tenant's admins."""
     if not getattr(user, "is_authenticated", False) or notebook.deleted:
         return False
     if notebook.owner_id == user.pk:
         return role_in(user, notebook.tenant_id) in WRITE_ROLES
     return role_in(user, notebook.tenant_id) in ADMIN_ROLES
+
+
+def _may_open(user, notebook: Notebook) -> bool:
+    """Open it: its owner only. The session holds the owner's SDK token, and code the owner
+    wrote runs in the page: nobody else's browser goes there."""
+    return _may_use(user, notebook) and notebook.owner_id == user.pk
 
 
 def _require_use(user, notebook: Notebook) -> None:
@@ -271,27 +279,45 @@ def notebook_policy_set(*, actor, tenant: Tenant, idle_timeout_s: int) -> Notebo
 # -- the proxy's questions ---------------------------------------------------------------------
 
 
-def notebook_proxy_target(*, user, notebook_id: int) -> ProxyTarget:
-    notebook = Notebook.objects.select_related("job", "queue__cluster") \
-        .filter(pk=notebook_id).first()
-    if notebook is None or not _may_use(user, notebook):
-        raise NotebookNotFound(notebook_id)
+# Where each running session answers, by notebook: (job id, upstream, valid until). Asking a
+# cluster costs a call to its API; a proxied page makes dozens of requests a second.
+_upstreams: dict[int, tuple[int, str, float]] = {}
+UPSTREAM_CACHE_S = 30.0
+
+
+def _target(notebook: Notebook) -> ProxyTarget:
+    """The running session's address and token, whoever asks (callers check access)."""
     state = notebook_state(notebook)
-    if state != "running" or notebook.job is None:
-        why = f": {notebook.job.reason}" if notebook.job is not None and state == "waiting" \
-            else ""
-        raise NotebookNotRunning(f"notebook {notebook.pk} is {state}{why}; start it from the "
-                                 "console" if state in ("stopped", "failed") else
-                                 f"notebook {notebook.pk} is {state}{why}")
-    attempt = notebook.job.attempts.order_by("-number").first()
-    try:
-        upstream = driver_for(notebook.queue.cluster).endpoint(attempt.workload_id) \
-            if attempt is not None else None
-    except DriverError as exc:
-        raise NotebookNotRunning(f"notebook {notebook.pk}: {exc}") from None
+    job = notebook.job
+    if state != "running" or job is None:
+        why = f": {job.reason}" if job is not None and state == "waiting" else ""
+        hint = "; start it from the console" if state in ("stopped", "failed") else ""
+        raise NotebookNotRunning(f"notebook {notebook.pk} is {state}{why}{hint}")
+    cached = _upstreams.get(notebook.pk)
+    if cached is not None and cached[0] == job.pk and cached[2] > time.monotonic():
+        upstream: str | None = cached[1]
+    else:
+        attempt = job.attempts.order_by("-number").first()
+        try:
+            upstream = driver_for(notebook.queue.cluster).endpoint(attempt.workload_id) \
+                if attempt is not None else None
+        except DriverError as exc:
+            logger.warning("Notebook %s: no endpoint: %s", notebook.pk, exc)
+            raise NotebookNotRunning(f"notebook {notebook.pk}: its cluster does not say where "
+                                     "it answers yet; try again in a moment") from None
+        if upstream:
+            _upstreams[notebook.pk] = (job.pk, upstream, time.monotonic() + UPSTREAM_CACHE_S)
     if not upstream:
         raise NotebookNotRunning(f"notebook {notebook.pk} has no address yet")
     return ProxyTarget(upstream=upstream, token=decrypt(notebook.server_token))
+
+
+def notebook_proxy_target(*, user, notebook_id: int) -> ProxyTarget:
+    notebook = Notebook.objects.select_related("job", "queue__cluster") \
+        .filter(pk=notebook_id).first()
+    if notebook is None or not _may_open(user, notebook):
+        raise NotebookNotFound(notebook_id)
+    return _target(notebook)
 
 
 def notebook_touch(*, notebook_id: int) -> None:
@@ -307,7 +333,10 @@ def _server_activity(target: ProxyTarget, notebook_id: int) -> tuple[datetime | 
     own API: /api/status (last_activity, connections) and each kernel's execution state."""
     base = f"{target.upstream}/notebooks/{notebook_id}/api"
     headers = {"Authorization": f"token {target.token}"}
-    with httpx.Client(timeout=10, headers=headers) as client:
+    # no_track_activity: asking must not itself count as activity. No proxies from the
+    # environment: the token goes to the server only.
+    params = {"no_track_activity": "1"}
+    with httpx.Client(timeout=10, headers=headers, params=params, trust_env=False) as client:
         status = client.get(f"{base}/status").raise_for_status().json()
         kernels = client.get(f"{base}/kernels").raise_for_status().json()
     moments = [status.get("last_activity")] + [k.get("last_activity") for k in kernels]
@@ -321,29 +350,51 @@ def _server_activity(target: ProxyTarget, notebook_id: int) -> tuple[datetime | 
 def notebook_cull(*, now: datetime | None = None) -> list[int]:
     """Stop every running notebook idle longer than its tenant's timeout: no kernel busy, no
     browser connected, and no activity (Jupyter's, or through the proxy) since. Returns the
-    ids stopped. A server that cannot be asked is left alone this time."""
+    ids stopped. A server that cannot be asked is left alone this time; one notebook's trouble
+    never stops the others being looked at. Also revokes the SDK tokens of sessions that ended
+    some other way (the job cancelled from its page, failed for good)."""
     now = now or timezone.now()
+    _revoke_ended_sessions()
     culled = []
     running = Notebook.objects.filter(deleted=False, job__state=JobState.RUNNING) \
         .select_related("job", "tenant", "owner", "queue__cluster")
     for notebook in running:
         try:
-            target = notebook_proxy_target(user=notebook.owner, notebook_id=notebook.pk)
-            last, busy = _server_activity(target, notebook.pk)
-        except (NotebookNotFound, NotebookNotRunning, httpx.HTTPError, ValueError) as exc:
-            logger.info("Notebook %s: activity unknown (%s)", notebook.pk, type(exc).__name__)
-            continue
-        seen = max(filter(None, [last, notebook.last_activity_at]), default=None)
-        timeout = idle_timeout_s(notebook.tenant)
-        if busy or seen is None or now - seen < timedelta(seconds=timeout):
-            continue
-        idle_min = int((now - seen).total_seconds() // 60)
-        with transaction.atomic():
-            _end_session(None, notebook, "culled",
-                         f"idle for {idle_min} min (the tenant's limit is {timeout // 60} min); "
-                         "its home folder is kept: resume it to go on")
-        culled.append(notebook.pk)
+            if _cull_one(notebook, now):
+                culled.append(notebook.pk)
+        except Exception:  # logged; the next notebook and the next run go on
+            logger.exception("Notebook %s: idle check failed", notebook.pk)
     return culled
+
+
+def _cull_one(notebook: Notebook, now: datetime) -> bool:
+    try:
+        last, busy = _server_activity(_target(notebook), notebook.pk)
+    except (NotebookNotRunning, httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
+        logger.info("Notebook %s: activity unknown (%s)", notebook.pk, type(exc).__name__)
+        return False
+    seen = max(filter(None, [last, notebook.last_activity_at]), default=None)
+    timeout = idle_timeout_s(notebook.tenant)
+    if busy or seen is None or now - seen < timedelta(seconds=timeout):
+        return False
+    idle_min = int((now - seen).total_seconds() // 60)
+    with transaction.atomic():
+        notebook = Notebook.objects.select_for_update().select_related("job", "owner", "tenant") \
+            .get(pk=notebook.pk)
+        if notebook.job is None or notebook.job.state != JobState.RUNNING:
+            return False  # stopped meanwhile
+        _end_session(None, notebook, "culled",
+                     f"idle for {idle_min} min (the tenant's limit is {timeout // 60} min); "
+                     "its home folder is kept: resume it to go on")
+    return True
+
+
+def _revoke_ended_sessions() -> None:
+    ended = Notebook.objects.filter(sdk_token__revoked_at=None, job__state__in=FINAL_STATES) \
+        .select_related("sdk_token", "owner")
+    for notebook in ended:
+        if notebook.sdk_token is not None:
+            api_token_revoke(actor=notebook.owner, token=notebook.sdk_token)
 
 
 def notebooks_gpu_hours(notebooks, now: datetime | None = None) -> dict[int, float]:

@@ -18,12 +18,20 @@ def job_checkpoint_dir(job: Job) -> Path:
     return Path(settings.DATA_DIR) / "jobs" / folder / "checkpoints"
 
 
-def attempt_workload(attempt: Attempt) -> Workload:
+SECRET_PLACEHOLDER = "(secret: set at launch)"
+
+
+def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Workload:
+    """The attempt as the driver runs it. With `reveal_secrets` False (a workload rendered for
+    people to read) the job's secret environment shows only its names."""
     job = attempt.job
     checkpoint_dir = job_checkpoint_dir(job)
+    secrets = json.loads(decrypt(job.secret_env)) if job.secret_env else {}
+    if not reveal_secrets:
+        secrets = dict.fromkeys(secrets, SECRET_PLACEHOLDER)
     env = {
         **job.env,
-        **(json.loads(decrypt(job.secret_env)) if job.secret_env else {}),
+        **secrets,
         "OGAI_JOB_ID": str(job.pk),
         "OGAI_ATTEMPT": str(attempt.number),
         "OGAI_CHECKPOINT_DIR": str(checkpoint_dir),

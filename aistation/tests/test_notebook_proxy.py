@@ -43,6 +43,16 @@ async def upstream_app(scope, receive, send):
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if scope["path"] == "/notebooks/7/cookies":
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"set-cookie", b"sessionid=fixed; Path=/"),
+                (b"set-cookie", b"csrftoken=fixed; Path=/notebooks/7/"),
+                (b"set-cookie", b"tracker=x; Path=/"),
+                (b"set-cookie", b"elsewhere=x; Path=/notebooks/8/"),
+                (b"set-cookie", b"_xsrf=ok; Path=/notebooks/7/; SameSite=Lax"),
+            ]})
+            await send({"type": "http.response.body", "body": b""})
+            return
         if scope["path"] == "/notebooks/7/stream":
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"text/plain")]})
@@ -358,3 +368,9 @@ def test_other_paths_go_to_django(http, proxy_server, notebooks):
     with pytest.raises(InvalidStatus) as caught:
         _ws(proxy_server, "/healthz")
     assert caught.value.response.status_code == 403
+
+
+def test_a_notebook_server_sets_cookies_only_for_its_own_path(http, notebooks, session_key):
+    response = http.get("/notebooks/7/cookies", headers={"Cookie": _cookie(session_key)})
+    assert response.status_code == 200
+    assert response.headers.get_list("set-cookie") == ["_xsrf=ok; Path=/notebooks/7/; SameSite=Lax"]

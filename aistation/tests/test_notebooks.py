@@ -12,6 +12,8 @@ from django.utils import timezone
 from aistation.choices import JobState
 from aistation.models import Notebook, NotebookPolicy
 from aistation.services import scheduling
+from aistation.services.jobs import job_cancel
+from aistation.services.manifests import job_manifests
 from aistation.services.notebooks import (
     NotebookNotFound,
     NotebookNotRunning,
@@ -75,7 +77,7 @@ def test_tokens_reach_the_session_only(farm, world):
     assert workload.env["JUPYTER_TOKEN"] not in notebook.server_token  # stored encrypted
 
 
-def test_only_the_owner_and_tenant_admins_reach_a_notebook(farm, world):
+def test_only_the_owner_opens_a_notebook_and_tenant_admins_manage_it(farm, world):
     notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha,
                               queue=farm.queues["alpha"], name="explore")
     with pytest.raises(NotebookNotRunning, match="waiting"):
@@ -86,7 +88,11 @@ def test_only_the_owner_and_tenant_admins_reach_a_notebook(farm, world):
         with pytest.raises(PermissionDenied):
             notebook_stop(actor=stranger, notebook=notebook)
     cycle(farm.cluster)
-    assert notebook_proxy_target(user=world.alpha_admin, notebook_id=notebook.pk).token
+    assert notebook_proxy_target(user=world.alpha_member, notebook_id=notebook.pk).token
+    # A tenant admin manages it but does not open it: the session acts as its owner.
+    with pytest.raises(NotebookNotFound):
+        notebook_proxy_target(user=world.alpha_admin, notebook_id=notebook.pk)
+    notebook_stop(actor=world.alpha_admin, notebook=notebook)
     with pytest.raises(PermissionDenied):
         notebook_start(actor=world.alpha_viewer, tenant=world.alpha,
                        queue=farm.queues["alpha"], name="peek")
@@ -130,7 +136,11 @@ def test_an_idle_notebook_is_culled_and_resumes_with_its_home(world, tmp_path, s
         assert saved.status_code in (200, 201), saved.text
         assert (notebook_home(notebook) / "notes.txt").read_text() == "kept across sessions"
 
+        status = f"{api}/status?no_track_activity=1"
+        before = httpx.get(status, headers=headers, timeout=10).json()["last_activity"]
         assert notebook_cull() == []  # just used
+        after = httpx.get(status, headers=headers, timeout=10).json()["last_activity"]
+        assert after == before  # asking whether it is idle is not activity
         later = timezone.now() + timedelta(minutes=11)
         assert notebook_cull(now=later) == [notebook.pk]
         notebook.refresh_from_db()
@@ -174,3 +184,25 @@ def test_notebook_homes_count_against_the_tenants_storage_quota(farm, world):
     fresh = notebook_start(actor=world.alpha_member, tenant=world.alpha,
                            queue=farm.queues["alpha"], name="again")
     assert fresh.job.state == JobState.QUEUED
+
+
+def test_rendered_manifests_name_the_session_secrets_but_never_show_them(farm, world):
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha,
+                              queue=farm.queues["alpha"], name="explore", image="lab:1")
+    cycle(farm.cluster)
+    secrets = attempt_workload(notebook.job.attempts.get()).env
+    rendered = job_manifests(job=notebook.job)
+    assert "JUPYTER_TOKEN" in rendered and "OGAI_TOKEN" in rendered
+    assert secrets["JUPYTER_TOKEN"] not in rendered and secrets["OGAI_TOKEN"] not in rendered
+
+
+def test_a_sessions_sdk_token_is_revoked_however_the_session_ends(farm, world):
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha,
+                              queue=farm.queues["alpha"], name="explore")
+    cycle(farm.cluster)
+    job_cancel(actor=world.alpha_member, job=notebook.job)  # from the job page
+    notebook.refresh_from_db()
+    assert notebook.sdk_token.revoked_at is None
+    notebook_cull()
+    notebook.sdk_token.refresh_from_db()
+    assert notebook.sdk_token.revoked_at is not None
