@@ -48,6 +48,9 @@ Send = Callable[[Message], Awaitable[None]]
 
 PATH_RE = re.compile(r"^/notebooks/([1-9][0-9]{0,17})(/.*)$", re.DOTALL)
 
+# How often an open WebSocket's user is checked again (sign-out, lost access, stopped).
+RECHECK_S = 60.0
+
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host",
@@ -273,7 +276,7 @@ def _cookie_allowed(name: bytes, value: bytes, notebook_id: int) -> bool:
     if cookie in (settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME):
         return False
     path = re.search(r";\s*path=([^;]*)", text, re.IGNORECASE)
-    return bool(path) and path.group(1).strip().startswith(f"/notebooks/{notebook_id}/")
+    return path is not None and path.group(1).strip().startswith(f"/notebooks/{notebook_id}/")
 
 
 # -- HTTP -------------------------------------------------------------------------------------
@@ -514,9 +517,22 @@ async def _websocket(scope: Scope, receive: Receive, send: Send) -> None:
             reason = upstream.close_reason or ""
             await send({"type": "websocket.close", "code": code, "reason": reason})
 
+        async def still_allowed() -> None:
+            """A signed-out user, or one who lost access, keeps no open kernel channel."""
+            while True:
+                await asyncio.sleep(RECHECK_S)
+                try:
+                    await _authorize(scope, headers)
+                except Denied as denied:
+                    code = 4401 if denied.status == 302 else 4000 + denied.status
+                    await send({"type": "websocket.close", "code": code,
+                                "reason": "access ended"})
+                    return
+
         tasks = {
             asyncio.ensure_future(client_to_upstream()),
             asyncio.ensure_future(upstream_to_client()),
+            asyncio.ensure_future(still_allowed()),
         }
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:

@@ -311,6 +311,12 @@ def test_a_service_is_a_deployment_behind_a_service_and_answers_at_its_endpoint(
     kube.start_pods()
     assert driver.status([workload.id])[workload.id].phase == Phase.RUNNING
     assert driver.endpoint(workload.id) == "http://svc-7-a1.ogai-alpha.svc:8000"
+    # A pod evicted under a service is replaced: the replacement speaks for it, not the dead.
+    evicted = kube.objects("Pod", "ogai-alpha")[0]["metadata"]["name"]
+    kube.finish_pod(evicted, exit_code=137, reason="Evicted")
+    assert driver.status([workload.id])[workload.id].phase == Phase.PENDING
+    kube.start_pods()
+    assert driver.status([workload.id])[workload.id].phase == Phase.RUNNING
     driver.cancel(workload.id)
     for kind in ("Deployment", "Service", "Pod"):
         assert kube.objects(kind, "ogai-alpha") == []

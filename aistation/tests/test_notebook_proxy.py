@@ -179,11 +179,13 @@ def notebooks(monkeypatch, upstream):
 
         monkeypatch.setattr(aistation.services, "notebooks", module, raising=False)
 
-    calls = types.SimpleNamespace(targets=[], touches=[])
+    calls = types.SimpleNamespace(targets=[], touches=[], revoked=set())
     dead_port = _free_port()
 
     def notebook_proxy_target(*, user, notebook_id):
         calls.targets.append((user.username, notebook_id))
+        if notebook_id in calls.revoked:
+            raise module.NotebookNotFound(notebook_id)
         if notebook_id == 7:
             return module.ProxyTarget(upstream=upstream.url, token=TOKEN)
         if notebook_id == 9:
@@ -355,6 +357,20 @@ def test_ws_relays_frames_both_ways(proxy_server, upstream, notebooks, session_k
             ws.recv(timeout=5)
         assert ws.close_code == 4321
     assert notebooks.touches == [7]
+
+
+def test_ws_closes_when_access_ends(proxy_server, notebooks, session_key, monkeypatch):
+    import aistation.proxy as proxy
+
+    monkeypatch.setattr(proxy, "RECHECK_S", 0.2)
+    with _ws(proxy_server, "/notebooks/7/api/kernels/k1/channels", session_key,
+             origin=f"http://127.0.0.1:{proxy_server.port}") as ws:
+        ws.recv(timeout=5)  # the upstream's greeting: relaying
+        notebooks.revoked.add(7)  # e.g. removed from the tenant, or the notebook stopped
+        with pytest.raises(ConnectionClosed):
+            while True:
+                ws.recv(timeout=5)
+        assert ws.close_code == 4404
 
 
 # -- the router -------------------------------------------------------------------------------

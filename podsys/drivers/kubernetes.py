@@ -261,9 +261,15 @@ class KubernetesDriver(ClusterDriver):
                          ready: dict[str, bool]) -> WorkloadStatus:
         expected = _expected_replicas(owner, len(pods))
         newest: dict[int, Any] = {}
-        for position, pod in enumerate(sorted(pods, key=_created)):
-            index = _pod_index(pod, position)
-            newest[index] = pod
+        if isinstance(owner, client.V1Deployment):
+            # A Deployment replaces its pods: the replicas are its newest live pods, not the
+            # ones being deleted or evicted (which would otherwise speak for a healthy service).
+            live = [pod for pod in pods if pod.metadata.deletion_timestamp is None
+                    and pod.status.phase not in ("Failed", "Succeeded")]
+            newest = dict(enumerate(sorted(live, key=_created, reverse=True)[:expected]))
+        else:
+            for position, pod in enumerate(sorted(pods, key=_created)):
+                newest[_pod_index(pod, position)] = pod
         replicas = []
         node_lost = ""
         for index in range(expected):
