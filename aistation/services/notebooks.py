@@ -224,11 +224,18 @@ def _end_session(actor, notebook: Notebook, kind: str, reason: str) -> None:
                  changes={"reason": reason})
 
 
+def _locked(notebook: Notebook, *related: str) -> Notebook:
+    """The notebook's row, locked (only it: its job may be NULL, which PostgreSQL cannot lock
+    through an outer join), with `related` read alongside."""
+    return Notebook.objects.select_for_update(of=("self",)).select_related(*related) \
+        .get(pk=notebook.pk)
+
+
 @transaction.atomic
 def notebook_stop(*, actor, notebook: Notebook, reason: str = "") -> Notebook:
     """Stop the session: its GPUs are freed, its home folder stays."""
     _require_use(actor, notebook)
-    notebook = Notebook.objects.select_for_update().select_related("job").get(pk=notebook.pk)
+    notebook = _locked(notebook, "job")
     if notebook_state(notebook) in ("stopped", "failed"):
         raise ValidationError({"state": f"Notebook {notebook.pk} is not running."})
     _end_session(actor, notebook, "stopped", reason or f"stopped by {actor.get_username()}")
@@ -239,8 +246,7 @@ def notebook_stop(*, actor, notebook: Notebook, reason: str = "") -> Notebook:
 def notebook_resume(*, actor, notebook: Notebook) -> Notebook:
     """Start a stopped notebook again, with its home folder as it was."""
     _require_use(actor, notebook)
-    notebook = Notebook.objects.select_for_update().select_related("job", "queue__cluster") \
-        .get(pk=notebook.pk)
+    notebook = _locked(notebook, "job", "queue__cluster")
     if notebook_state(notebook) not in ("stopped", "failed"):
         raise ValidationError({"state": f"Notebook {notebook.pk} is already "
                                f"{notebook_state(notebook)}."})
@@ -252,7 +258,7 @@ def notebook_delete(*, actor, notebook: Notebook) -> None:
     """Stop it if it runs and hide it; its home folder is removed from the quota's count by
     the storage sweep, not here (a delete must not wait on a large folder)."""
     _require_use(actor, notebook)
-    notebook = Notebook.objects.select_for_update().select_related("job").get(pk=notebook.pk)
+    notebook = _locked(notebook, "job")
     if notebook_state(notebook) not in ("stopped", "failed"):
         _end_session(actor, notebook, "stopped", "stopped before deletion")
     notebook.deleted = True
@@ -379,8 +385,7 @@ def _cull_one(notebook: Notebook, now: datetime) -> bool:
         return False
     idle_min = int((now - seen).total_seconds() // 60)
     with transaction.atomic():
-        notebook = Notebook.objects.select_for_update().select_related("job", "owner", "tenant") \
-            .get(pk=notebook.pk)
+        notebook = _locked(notebook, "job", "owner", "tenant")
         if notebook.job is None or notebook.job.state != JobState.RUNNING:
             return False  # stopped meanwhile
         _end_session(None, notebook, "culled",
