@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from aistation.choices import JobState
-from aistation.models import Notebook, NotebookPolicy
+from aistation.models import Attempt, NotebookPolicy
 from aistation.services import scheduling
 from aistation.services.jobs import job_cancel
 from aistation.services.manifests import job_manifests
@@ -28,9 +28,9 @@ from aistation.services.notebooks import (
 from aistation.services.queues import queue_create
 from aistation.services.reconcile import reconcile_cluster
 from aistation.services.workloads import attempt_workload
-from aistation.tasks import cancel_job
 from infra_os.models import ApiToken
 from podsys.models import Cluster
+from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_sync_nodes
 
 
@@ -156,12 +156,9 @@ def test_an_idle_notebook_is_culled_and_resumes_with_its_home(world, tmp_path, s
         again = httpx.get(f"{target.upstream}/notebooks/{notebook.pk}/api/contents/notes.txt",
                           headers={"Authorization": f"token {target.token}"}, timeout=10)
         assert again.json()["content"] == "kept across sessions"
-    finally:
-        notebook = Notebook.objects.select_related("job").get(pk=notebook.pk)
-        if notebook.job and notebook.job.state in (JobState.RUNNING, JobState.ADMITTED):
-            notebook_stop(actor=world.alpha_member, notebook=notebook)
-        if notebook.job:
-            cancel_job(job_id=notebook.job.pk)
+    finally:  # whatever failed above, no JupyterLab outlives the test
+        for attempt in Attempt.objects.filter(cluster=cluster):
+            driver_for(cluster).cancel(attempt.workload_id)
 
 
 def test_notebook_homes_count_against_the_tenants_storage_quota(farm, world):
