@@ -616,24 +616,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _job_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"job id {text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"job id {text!r} is not a job id")
-    return value
+def _id_of(kind: str):
+    """An argparse type for the id of a `kind` ("job", "notebook"): a positive whole number."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{kind} id {text!r} is not a number") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{kind} id {text!r} is not a {kind} id")
+        return value
+
+    return parse
 
 
-def _notebook_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"notebook id {text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"notebook id {text!r} is not a notebook id")
-    return value
+_job_id = _id_of("job")
+_notebook_id = _id_of("notebook")
 
 
 def _cores(text: str) -> float:
