@@ -203,7 +203,7 @@ class Notebook:
     owner: str = ""
     queue: str = ""
     image: str = ""
-    resources: Resources = field(default_factory=lambda: Resources(cpu=2.0, memory_mib=8192))
+    resources: Resources = field(default_factory=lambda: Resources(cpu=1.0, memory_mib=4096))
     reason: str = ""
     job: int | None = None
     url: str | None = None

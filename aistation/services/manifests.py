@@ -3,7 +3,7 @@
 from django.core.exceptions import ValidationError
 
 from aistation.models import Attempt, Job
-from aistation.services.workloads import attempt_workload
+from aistation.services.workloads import attempt_workload, workload_id
 from podsys.drivers.kube_manifests import KubeOptions, render_yaml, workload_objects
 
 
@@ -14,7 +14,7 @@ def job_next_attempt(job: Job) -> Attempt:
     if attempt is not None:
         return attempt
     number = job.attempt_count + 1
-    return Attempt(job=job, number=number, workload_id=f"job-{job.pk}-a{number}",
+    return Attempt(job=job, number=number, workload_id=workload_id(job.pk, number),
                    cluster=job.cluster, placement=[])
 
 

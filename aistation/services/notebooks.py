@@ -59,7 +59,7 @@ class NotebookNotRunning(Exception):
 # -- who may -------------------------------------------------------------------------------------
 
 
-def _may_use(user, notebook: Notebook) -> bool:
+def _may_manage(user, notebook: Notebook) -> bool:
     """Manage it (stop, resume, delete): its owner, and the tenant's admins."""
     if not getattr(user, "is_authenticated", False) or notebook.deleted:
         return False
@@ -71,11 +71,11 @@ def _may_use(user, notebook: Notebook) -> bool:
 def _may_open(user, notebook: Notebook) -> bool:
     """Open it: its owner only. The session holds the owner's SDK token, and code the owner
     wrote runs in the page: nobody else's browser goes there."""
-    return _may_use(user, notebook) and notebook.owner_id == user.pk
+    return _may_manage(user, notebook) and notebook.owner_id == user.pk
 
 
-def _require_use(user, notebook: Notebook) -> None:
-    if not _may_use(user, notebook):
+def _require_manage(user, notebook: Notebook) -> None:
+    if not _may_manage(user, notebook):
         raise PermissionDenied("Only the notebook's owner and the tenant's admins may do this.")
 
 
@@ -234,7 +234,7 @@ def _locked(notebook: Notebook, *related: str) -> Notebook:
 @transaction.atomic
 def notebook_stop(*, actor, notebook: Notebook, reason: str = "") -> Notebook:
     """Stop the session: its GPUs are freed, its home folder stays."""
-    _require_use(actor, notebook)
+    _require_manage(actor, notebook)
     notebook = _locked(notebook, "job")
     if notebook_state(notebook) in ("stopped", "failed"):
         raise ValidationError({"state": f"Notebook {notebook.pk} is not running."})
@@ -245,7 +245,7 @@ def notebook_stop(*, actor, notebook: Notebook, reason: str = "") -> Notebook:
 @transaction.atomic
 def notebook_resume(*, actor, notebook: Notebook) -> Notebook:
     """Start a stopped notebook again, with its home folder as it was."""
-    _require_use(actor, notebook)
+    _require_manage(actor, notebook)
     notebook = _locked(notebook, "job", "queue__cluster")
     if notebook_state(notebook) not in ("stopped", "failed"):
         raise ValidationError({"state": f"Notebook {notebook.pk} is already "
@@ -257,7 +257,7 @@ def notebook_resume(*, actor, notebook: Notebook) -> Notebook:
 def notebook_delete(*, actor, notebook: Notebook) -> None:
     """Stop it if it runs and hide it; its home folder is removed from the quota's count by
     the storage sweep, not here (a delete must not wait on a large folder)."""
-    _require_use(actor, notebook)
+    _require_manage(actor, notebook)
     notebook = _locked(notebook, "job")
     if notebook_state(notebook) not in ("stopped", "failed"):
         _end_session(actor, notebook, "stopped", "stopped before deletion")

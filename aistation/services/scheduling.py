@@ -22,6 +22,7 @@ from aistation.scheduler.types import (
     TenantSnap,
 )
 from aistation.services.attempts import attempt_record_usage, attempts_launch, attempts_stop
+from aistation.services.workloads import workload_id
 from infra_os.models import Quota
 from ogai.bulk import bulk_set
 from podsys.choices import NodeHealth
@@ -167,7 +168,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
         job = jobs[start.job_id]
         job.attempt_count += 1
         attempts.append(Attempt(
-            job=job, number=job.attempt_count, workload_id=f"job-{job.pk}-a{job.attempt_count}",
+            job=job, number=job.attempt_count, workload_id=workload_id(job.pk, job.attempt_count),
             cluster=cluster, placement=list(start.placement), borrowed=start.borrowed,
         ))
         placements[job.pk] = list(start.placement)

@@ -18,6 +18,11 @@ def job_checkpoint_dir(job: Job) -> Path:
     return Path(settings.DATA_DIR) / "jobs" / folder / "checkpoints"
 
 
+def workload_id(job_id: int, attempt: int) -> str:
+    """The attempt's name on its cluster: a DNS-1123 label derived from ids only."""
+    return f"job-{job_id}-a{attempt}"
+
+
 SECRET_PLACEHOLDER = "(secret: set at launch)"
 
 
