@@ -25,6 +25,8 @@ from podsys.models import Cluster
 from podsys.services.clusters import cluster_sync_nodes
 from tests.factories import PASSWORD, MembershipFactory, TenantFactory, UserFactory
 
+pytest_plugins = ["tests.redfish.fixtures"]
+
 REPO = Path(__file__).resolve().parent
 
 

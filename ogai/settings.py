@@ -207,6 +207,11 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "aistation.choices.JobState",
         "AttemptStateEnum": "aistation.choices.AttemptState",
         "TokenStateEnum": [("active", "active"), ("expired", "expired"), ("revoked", "revoked")],
+        "ProvisioningRunStateEnum": "infra_os.choices.RunState",
+        "ProvisioningBatchStateEnum": "infra_os.choices.BatchState",
+        "InvoiceStateEnum": "infra_os.choices.InvoiceState",
+        "RatedResourceEnum": "infra_os.choices.RatedResource",
+        "UsageResourceEnum": "infra_os.selectors_billing.USAGE_RESOURCE_CHOICES",
     },
 }
 
@@ -247,6 +252,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "schedule-cycle": {"task": "aistation.schedule_cycle", "schedule": SCHEDULE_INTERVAL_S},
     "sync-nodes": {"task": "podsys.sync_nodes", "schedule": 60.0},
     "cull-notebooks": {"task": "aistation.cull_notebooks", "schedule": 60.0},
+    "sweep-provisioning": {"task": "infra_os.sweep_provisioning", "schedule": 15.0},
+    "sweep-leases": {"task": "infra_os.sweep_leases", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = TIME_ZONE
@@ -288,3 +295,15 @@ OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))
 
 # ASGI apps mounted beside Django, by path prefix (see ogai/asgi.py): the notebooks' proxy.
 OGAI_ASGI_MOUNTS = {"/notebooks/": "aistation.proxy.application"}
+
+# Bare-metal servers: BMC drivers by name, each call's timeout and its retries on transient
+# failures (unreachable, garbled answers).
+OGAI_BMC_DRIVERS = {"redfish": "infra_os.drivers.redfish.RedfishBmc"}
+OGAI_BMC_TIMEOUT_S = float(env_str("OGAI_BMC_TIMEOUT_S", "30"))
+OGAI_BMC_RETRIES = env_int("OGAI_BMC_RETRIES", 2)
+# Invoices cover calendar months in this time zone (an IANA name).
+OGAI_BILLING_TIME_ZONE = env_str("OGAI_BILLING_TIME_ZONE", "UTC")
+# Provisioning: how often a run asks the BMC whether the power came on, and how long a failed
+# attempt waits before the next.
+OGAI_PROVISION_POLL_S = float(env_str("OGAI_PROVISION_POLL_S", "2"))
+OGAI_PROVISION_RETRY_S = float(env_str("OGAI_PROVISION_RETRY_S", "15"))

@@ -24,6 +24,9 @@ class Tenant(TimeStampedModel):
     display_name = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True)
     is_active = models.BooleanField(default=True)
+    pricing_plan = models.ForeignKey("infra_os.PricingPlan", on_delete=models.PROTECT, null=True,
+                                     blank=True, related_name="tenants",
+                                     help_text="Empty: the default plan")
 
     class Meta:
         ordering = ["name"]

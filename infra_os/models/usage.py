@@ -4,11 +4,15 @@ from infra_os.models.tenancy import Tenant
 
 
 class UsageRecord(models.Model):
-    """What a tenant consumed, written when the consuming thing ends (a job attempt, later a
-    lease or a deployment); billing rates these. Names are copied so records outlive sources."""
+    """What a tenant consumed, written when the consuming thing ends (a job attempt, a lease) or
+    as it happens (tokens through the gateway); billing rates these. Names are copied so records
+    outlive their sources. Billing reads time from `started_at`/`ended_at` (exact), never from
+    the float seconds kept for charts."""
 
     class Kind(models.TextChoices):
         JOB = "job", "Job"
+        LEASE = "lease", "Server lease"
+        TOKENS = "tokens", "Tokens"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="usage_records")
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -20,6 +24,10 @@ class UsageRecord(models.Model):
     ended_at = models.DateTimeField()
     gpu_seconds = models.FloatField(default=0)
     cpu_seconds = models.FloatField(default=0)
+    # Tokens through the gateway, by model.
+    model_name = models.CharField(max_length=200, blank=True)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
