@@ -4,8 +4,17 @@ import django_filters
 from django.db.models import Q
 from django.utils import timezone
 
-from infra_os.choices import Role
-from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
+from infra_os.choices import BatchState, LeaseState, Role, ServerState
+from infra_os.models import (
+    ApiToken,
+    AuditEvent,
+    Lease,
+    Membership,
+    ProvisioningBatch,
+    Quota,
+    Server,
+    Tenant,
+)
 
 
 class TenantFilterSet(django_filters.FilterSet):
@@ -82,3 +91,42 @@ class AuditEventFilterSet(django_filters.FilterSet):
             Q(action__icontains=value) | Q(object_repr__icontains=value)
             | Q(actor_name__icontains=value)
         )
+
+
+class LeaseFilterSet(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
+    server = django_filters.CharFilter(field_name="server__name", label="Server")
+    state = django_filters.ChoiceFilter(choices=LeaseState.choices)
+
+    class Meta:
+        model = Lease
+        fields = ["tenant", "server", "state"]
+
+
+class ServerFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="search", label="Search")
+    rack = django_filters.CharFilter(field_name="rack__name", label="Rack")
+    state = django_filters.ChoiceFilter(choices=ServerState.choices)
+    power_state = django_filters.CharFilter(label="Power")
+    mismatch = django_filters.BooleanFilter(method="has_mismatch", label="Mismatch")
+
+    class Meta:
+        model = Server
+        fields = ["q", "rack", "state", "allocation", "power_state", "mismatch"]
+
+    def search(self, queryset, name, value):
+        return queryset.filter(
+            Q(name__icontains=value) | Q(description__icontains=value)
+            | Q(gpu_model__icontains=value) | Q(bmc__address__icontains=value)
+        )
+
+    def has_mismatch(self, queryset, name, value):
+        return queryset.exclude(mismatches=[]) if value else queryset.filter(mismatches=[])
+
+
+class ProvisioningBatchFilterSet(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=BatchState.choices)
+
+    class Meta:
+        model = ProvisioningBatch
+        fields = ["state"]

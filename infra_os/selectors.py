@@ -1,10 +1,23 @@
 """Reads, always scoped to the caller."""
 
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.utils import timezone
 
 from infra_os.access import is_platform_admin, member_tenant_ids, scope_to_user
-from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
+from infra_os.choices import LIVE_LEASE_STATES, RunState, ServerAllocation, ServerState
+from infra_os.models import (
+    ApiToken,
+    AuditEvent,
+    Lease,
+    Membership,
+    ProvisioningBatch,
+    ProvisioningProfile,
+    ProvisioningRun,
+    Quota,
+    Rack,
+    Server,
+    Tenant,
+)
 
 
 def tenant_list(*, user) -> QuerySet[Tenant]:
@@ -67,3 +80,66 @@ def tenant_counts(*, user, tenant: Tenant) -> dict[str, int]:
             revoked_at__isnull=True,
         ).count(),
     }
+
+
+# -- server leases ---------------------------------------------------------------------------
+
+
+def lease_list(*, user) -> QuerySet[Lease]:
+    """Leases of the caller's tenants (platform admins: all)."""
+    return scope_to_user(Lease.objects.select_related("server", "tenant", "created_by"), user)
+
+
+def leasable_server_list(*, user) -> QuerySet[Server]:
+    """Servers a platform admin may lease now: provisioned and not a cluster node (an overlap
+    with another lease is told when the lease is created)."""
+    if not is_platform_admin(user):
+        return Server.objects.none()
+    return Server.objects.filter(state=ServerState.PROVISIONED, allocation=ServerAllocation.FREE)
+
+
+def leased_gpus_by_tenant(*, tenant_ids, at) -> dict[int, int]:
+    """{tenant id: GPUs of its leases in force at `at`} (tenants without any are left out).
+    A lease is in force from its start to its end whatever the sweep has marked yet, so a late
+    sweep never lends a leased GPU to a job."""
+    return dict(
+        Lease.objects.filter(tenant_id__in=tenant_ids, state__in=LIVE_LEASE_STATES,
+                             starts_at__lte=at, ends_at__gt=at, gpus__gt=0)
+        .values("tenant_id").annotate(gpus=Sum("gpus")).values_list("tenant_id", "gpus")
+    )
+
+
+def _platform_admins_only(queryset: QuerySet, user) -> QuerySet:
+    """Servers, racks and provisioning are the operator's: others see none (a 404)."""
+    return queryset if is_platform_admin(user) else queryset.none()
+
+
+def server_list(*, user) -> QuerySet[Server]:
+    """Servers with their rack, BMC and the state of their newest provisioning run."""
+    newest_run = ProvisioningRun.objects.filter(server_id=OuterRef("pk")).order_by("-pk")
+    queryset = Server.objects.select_related("rack", "bmc").annotate(
+        provisioning_state=Subquery(newest_run.values("state")[:1]),
+        provisioning_batch_id=Subquery(newest_run.values("batch_id")[:1]),
+    )
+    return _platform_admins_only(queryset, user)
+
+
+def rack_list(*, user) -> QuerySet[Rack]:
+    return _platform_admins_only(Rack.objects.annotate(server_count=Count("servers")), user)
+
+
+def provisioning_profile_list(*, user) -> QuerySet[ProvisioningProfile]:
+    return _platform_admins_only(ProvisioningProfile.objects.all(), user)
+
+
+def provisioning_batch_list(*, user) -> QuerySet[ProvisioningBatch]:
+    """Batches with their runs counted by state."""
+    counts = {f"runs_{state}": Count("runs", filter=Q(runs__state=state))
+              for state in RunState.values}
+    queryset = ProvisioningBatch.objects.select_related("profile", "created_by") \
+        .annotate(runs_total=Count("runs"), **counts)
+    return _platform_admins_only(queryset, user)
+
+
+def provisioning_run_list(*, user) -> QuerySet[ProvisioningRun]:
+    return _platform_admins_only(ProvisioningRun.objects.select_related("server", "batch"), user)

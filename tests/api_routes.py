@@ -16,6 +16,8 @@ class ViewSetRoutes:
     list_methods: set[str] = field(default_factory=set)
     # url name → HTTP methods, for routes that take the object's lookup value
     detail_routes: dict[str, set[str]] = field(default_factory=dict)
+    # url name → HTTP methods, for actions on the collection
+    list_actions: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,9 +56,11 @@ def api_routes() -> tuple[list[ViewSetRoutes], list[PlainRoute]]:
             methods = {method.upper() for method in callback.actions}
             if "(?P<" in str(pattern.pattern):
                 routes.detail_routes[full_name] = methods
-            else:
+            elif pattern.name.endswith("-list"):
                 routes.list_name = full_name
                 routes.list_methods = methods
+            else:  # an action on the collection, e.g. servers/power/
+                routes.list_actions[full_name] = methods
         else:
             plain.append(PlainRoute(cls, full_name))
     return list(viewsets.values()), plain

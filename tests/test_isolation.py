@@ -4,11 +4,26 @@ A route added later is covered automatically; the test fails until its model has
 OWNED_OBJECTS saying how to make one object owned by a given tenant and user.
 """
 
+from datetime import UTC, date, datetime
+
 import pytest
 from django.urls import reverse
 
 from aistation.models import Job, Notebook, Queue
-from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
+from infra_os.choices import ServerState
+from infra_os.models import (
+    ApiToken,
+    AuditEvent,
+    Lease,
+    Membership,
+    ProvisioningBatch,
+    ProvisioningProfile,
+    Quota,
+    Rack,
+    Server,
+    Tenant,
+)
+from infra_os.models.billing import Invoice, PricingPlan, Reservation
 from podsys.models import Cluster, Node
 from tests.api_routes import api_routes
 from tests.factories import (
@@ -21,13 +36,50 @@ from tests.factories import (
 )
 
 VIEWSETS, PLAIN_ROUTES = api_routes()
-OPEN_ROUTES = {"infra_os-api:login"}
+# The sign-in, and the two doors of a server being installed: its boot config (by MAC) and its
+# callback (its one-time token is the proof); both are tested in infra_os/tests.
+OPEN_ROUTES = {"infra_os-api:login", "infra_os-api:provisioning-callback",
+               "infra_os-api:provisioning-boot-config"}
 UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
 
 
 def _tenant_cluster(tenant):
     return ClusterFactory(name=f"{tenant.name}-cluster", tenant=tenant)
 
+
+def _tenant_plan(tenant):
+    """A pricing plan only this tenant is billed on (plans belong to no tenant)."""
+    plan = PricingPlan.objects.create(name=f"{tenant.name}-plan")
+    tenant.pricing_plan = plan
+    tenant.save(update_fields=["pricing_plan"])
+    return plan
+
+
+def _tenant_invoice(tenant):
+    return Invoice.objects.create(
+        tenant=tenant, month=date(2026, 10, 1), time_zone="UTC",
+        period_start=datetime(2026, 10, 1, tzinfo=UTC),
+        period_end=datetime(2026, 11, 1, tzinfo=UTC),
+        plan_name="", currency="USD", rated_at=datetime(2026, 11, 2, tzinfo=UTC))
+
+
+def _server(tenant):
+    return Server.objects.create(name=f"{tenant.name}-server", state=ServerState.PROVISIONED,
+                                 expected_gpu_model="H100", expected_gpu_count=8)
+
+
+def _profile(tenant):
+    return ProvisioningProfile.objects.create(name=f"{tenant.name}-profile")
+
+
+def _lease(tenant):
+    start = datetime(2026, 10, 1, tzinfo=UTC)
+    return Lease.objects.create(server=_server(tenant), tenant=tenant, starts_at=start,
+                                ends_at=datetime(2026, 10, 2, tzinfo=UTC), gpus=8)
+
+
+# The operator's own resources, of no tenant: members of any tenant see none of them.
+OPERATOR_ONLY = {Server, Rack, ProvisioningProfile, ProvisioningBatch}
 
 # model → how to make an object that belongs to (tenant, user)
 OWNED_OBJECTS = {
@@ -44,11 +96,23 @@ OWNED_OBJECTS = {
     Queue: lambda tenant, user: QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant)),
     Job: lambda tenant, user: JobFactory(
         queue=QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant)), owner=user),
+    PricingPlan: lambda tenant, user: _tenant_plan(tenant),
+    Reservation: lambda tenant, user: Reservation.objects.create(
+        tenant=tenant, gpu_model="H100", gpus=1, starts_on=date(2026, 10, 1)),
+    Invoice: lambda tenant, user: _tenant_invoice(tenant),
+    Lease: lambda tenant, user: _lease(tenant),
+    Server: lambda tenant, user: _server(tenant),
+    Rack: lambda tenant, user: Rack.objects.create(name=f"{tenant.name}-rack"),
+    ProvisioningProfile: lambda tenant, user: _profile(tenant),
+    ProvisioningBatch: lambda tenant, user: ProvisioningBatch.objects.create(
+        name=f"{tenant.name}-batch", profile=_profile(tenant), boot_method="pxe",
+        image_url="http://images.example/os.iso"),
 }
 # model → the tenant a row belongs to (None: shared with every tenant); default `row.tenant`
 TENANT_OF = {
     Tenant: lambda row: row,
     Node: lambda row: row.cluster.tenant,
+    PricingPlan: lambda row: row.tenants.first(),
 }
 
 
@@ -104,6 +168,11 @@ def test_lists_show_only_the_callers_tenant(routes, api, world):
     response = api.as_user(world.alpha_member).get(reverse(routes.list_name), {"limit": 500})
     assert response.status_code == 200
     ids = {row["id"] for row in response.json()["results"]}
+    if _model(routes) in OPERATOR_ONLY:
+        assert ids == set()
+        listed = api.as_user(world.operator).get(reverse(routes.list_name), {"limit": 500})
+        assert {mine.pk, theirs.pk} <= {row["id"] for row in listed.json()["results"]}
+        return
     assert mine.pk in ids
     assert theirs.pk not in ids
     visible = _model(routes).objects.filter(pk__in=ids)
@@ -145,6 +214,10 @@ def test_viewers_cannot_write(routes, api, world):
     if "POST" in routes.list_methods and "create" not in viewer_actions:
         response = _send(client, "POST", reverse(routes.list_name))
         assert response.status_code == 403
+    for name, methods in routes.list_actions.items():
+        for method in set(methods) & set(UNSAFE):
+            response = _send(client, method, reverse(name))
+            assert response.status_code == 403, (method, name, response.content)
     assert _model(routes).objects.filter(pk=own.pk).values().first() == before
 
 

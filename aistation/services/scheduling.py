@@ -24,6 +24,7 @@ from aistation.scheduler.types import (
 from aistation.services.attempts import attempt_record_usage, attempts_launch, attempts_stop
 from aistation.services.workloads import workload_id
 from infra_os.models import Quota
+from infra_os.selectors import leased_gpus_by_tenant
 from ogai.bulk import bulk_set
 from podsys.choices import NodeHealth
 from podsys.models import Cluster, Node
@@ -94,6 +95,8 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
         .annotate(held=Sum(F("gpus_per_replica") * F("replicas")))
         .values_list("tenant_id", "held")
     )
+    # Servers leased whole to a tenant count against its GPU quota too.
+    leased = leased_gpus_by_tenant(tenant_ids=tenant_ids, at=now)
     jobs = Job.objects.filter(cluster=cluster)
     rows = list(jobs.filter(state=JobState.QUEUED)
                 .annotate(submitted=Coalesce("queued_at", "created_at")).values(*PENDING_FIELDS))
@@ -113,7 +116,8 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
                 "name", "gpus", "gpu_model", "cpu_cores", "memory_mib", "schedulable", "health")
         ),
         tenants=tuple(
-            TenantSnap(name=q.tenant.name, gpu_quota=max(0, q.gpus - elsewhere.get(t, 0)),
+            TenantSnap(name=q.tenant.name,
+                       gpu_quota=max(0, q.gpus - elsewhere.get(t, 0) - leased.get(t, 0)),
                        gpu_model_limits=dict(q.gpu_model_limits))
             for t, q in quotas.items()
         ),

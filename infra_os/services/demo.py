@@ -3,12 +3,15 @@ and a member. Passwords come from the environment or are generated and printed o
 
 import os
 import secrets
+from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from infra_os.choices import Role
-from infra_os.models import Membership, Tenant
+from infra_os.choices import RatedResource, Role
+from infra_os.models import Membership, PricingPlan, ProvisioningProfile, Tenant
+from infra_os.services.billing import pricing_plan_create, pricing_rate_set
+from infra_os.services.provisioning import profile_create
 from infra_os.services.tenancy import membership_create, tenant_create
 
 DEMO_TENANT = "demo"
@@ -59,5 +62,32 @@ def demo_seed(*, stdout) -> None:
             membership_create(actor=admin, tenant=research, username="demo-admin",
                               role=Role.ADMIN)
 
+    _seed_operator_settings(admin)
+
     for what, username, password, origin in created:
         stdout.write(f"  {what:<15} {username:<12} password: {password}  ({origin})\n")
+
+
+# Demo prices, per unit, in USD.
+DEMO_RATES = (
+    (RatedResource.GPU_HOUR, "H100", "3.50"),
+    (RatedResource.GPU_HOUR, "", "2.00"),
+    (RatedResource.SERVER_HOUR, "", "28.00"),
+    (RatedResource.MILLION_TOKENS, "", "0.80"),
+    (RatedResource.RESERVED_GPU_MONTH, "H100", "1800.00"),
+)
+
+
+def _seed_operator_settings(admin) -> None:
+    """A default pricing plan, so usage shows on invoices, and an install profile for
+    provisioning servers."""
+    if not PricingPlan.objects.exists():
+        plan = pricing_plan_create(actor=admin, name="standard", is_default=True,
+                                   description="On-demand prices (demo)")
+        for resource, match, price in DEMO_RATES:
+            pricing_rate_set(actor=admin, plan=plan, resource=resource, match=match,
+                             unit_price=Decimal(price))
+    if not ProvisioningProfile.objects.exists():
+        profile_create(actor=admin, name="ubuntu-24-04-gpu", boot_method="pxe",
+                       description="Ubuntu 24.04 with the NVIDIA driver (demo)",
+                       user_data="#cloud-config\npackages: [nvidia-driver-570-server]\n")

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from infra_os.api.serializers import CallerTenantField
+from infra_os.models import Server
 from infra_os.models.tenancy import slug_validator
 from podsys.models import Cluster, Node
 
@@ -83,3 +84,17 @@ class ConnectionReportSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
     message = serializers.CharField()
     details = serializers.DictField()
+
+
+class ServerNameSerializer(serializers.Serializer):
+    server = serializers.SlugRelatedField(slug_field="name", queryset=Server.objects.all(),
+                                          help_text="The bare-metal server's name.")
+
+
+class ServerAllocationSerializer(serializers.ModelSerializer):
+    """What a server is used for after joining or leaving a cluster."""
+
+    class Meta:
+        model = Server
+        fields = ["id", "name", "allocation", "allocated_to"]
+        read_only_fields = fields

@@ -13,6 +13,7 @@ from podsys.services.clusters import (
     cluster_sync_nodes,
     node_set_schedulable,
 )
+from podsys.services.servers import server_join_cluster, server_leave_cluster
 
 
 class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
@@ -20,11 +21,13 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
 
     selector = selectors.cluster_list
     output_serializer_class = s.ClusterSerializer
-    input_serializer_classes = {"create": s.ClusterCreateSerializer}
+    input_serializer_classes = {"create": s.ClusterCreateSerializer,
+                                "join_server": s.ServerNameSerializer,
+                                "leave_server": s.ServerNameSerializer}
     filterset_class = ClusterFilterSet
     lookup_field = "name"
     lookup_value_regex = r"[a-z0-9-]+"
-    platform_admin_actions = ("create", "sync", "check")
+    platform_admin_actions = ("create", "sync", "check", "join_server", "leave_server")
 
     @extend_schema(request=s.ClusterCreateSerializer, responses={201: s.ClusterSerializer})
     def create(self, request):
@@ -45,6 +48,25 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
         Kueue or Volcano is installed, in plain words."""
         report = cluster_check_connection(actor=request.user, cluster=self.get_object())
         return self.respond(report, serializer=s.ConnectionReportSerializer)
+
+    @extend_schema(request=s.ServerNameSerializer, responses=s.ServerAllocationSerializer)
+    @action(detail=True, methods=["post"], url_path="join-server")
+    def join_server(self, request, name=None):
+        """Make a provisioned, unleased server a node of this cluster. Its node software is
+        installed by a stack deployment; the node appears at the next node sync."""
+        cluster = self.get_object()
+        server = server_join_cluster(actor=request.user, cluster=cluster,
+                                     **self.validated_input())
+        return self.respond(server, serializer=s.ServerAllocationSerializer)
+
+    @extend_schema(request=s.ServerNameSerializer, responses=s.ServerAllocationSerializer)
+    @action(detail=True, methods=["post"], url_path="leave-server")
+    def leave_server(self, request, name=None):
+        """Take a server out of this cluster, so it may be leased again."""
+        cluster = self.get_object()
+        server = server_leave_cluster(actor=request.user, cluster=cluster,
+                                      **self.validated_input())
+        return self.respond(server, serializer=s.ServerAllocationSerializer)
 
 
 class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
