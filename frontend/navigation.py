@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 from django.urls import reverse
 
+from infra_os.access import is_platform_admin
+
 
 @dataclass(frozen=True)
 class NavItem:
@@ -32,6 +34,8 @@ class NavSection:
     label: str
     layer: str
     items: tuple[NavItem, ...]
+    # Shown to platform admins only (the pages answer 403 to others anyway).
+    operators_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,9 +52,24 @@ SECTIONS = (
                 ("frontend:tenant-create", "frontend:tenant-edit")),
         NavItem("Members", "frontend:members", ("frontend:member-add",)),
         NavItem("Quotas", "frontend:quotas", ("frontend:quota-edit",)),
+        NavItem("Leases", "frontend:leases", ("frontend:lease-create",)),
         NavItem("API tokens", "frontend:tokens"),
         NavItem("Audit log", "frontend:audit"),
+        NavItem("Usage", "frontend:usage"),
+        NavItem("Invoices", "frontend:invoices", ("frontend:invoice",)),
+        NavItem("Pricing", "frontend:pricing",
+                ("frontend:pricing-plan", "frontend:pricing-plan-create",
+                 "frontend:reservation-create")),
     )),
+    NavSection("Bare metal", "L0", (
+        NavItem("Servers", "frontend:servers",
+                ("frontend:server", "frontend:server-register", "frontend:server-import",
+                 "frontend:server-bulk", "frontend:server-edit", "frontend:server-bmc",
+                 "frontend:racks", "frontend:rack-create")),
+        NavItem("Provisioning", "frontend:provisioning",
+                ("frontend:batch", "frontend:batch-create", "frontend:profiles",
+                 "frontend:profile-create", "frontend:profile-edit")),
+    ), operators_only=True),
     NavSection("Clusters", "L1", (
         NavItem("Clusters", "frontend:clusters", ("frontend:cluster", "frontend:cluster-create")),
     )),
@@ -69,6 +88,7 @@ SECTIONS = (
 def navigation(request) -> list[NavSectionLinks]:
     match = getattr(request, "resolver_match", None)
     view_name = match.view_name if match else ""
+    operator = is_platform_admin(request.user)
     return [
         NavSectionLinks(
             section.label, section.layer,
@@ -76,4 +96,5 @@ def navigation(request) -> list[NavSectionLinks]:
                   for item in section.items),
         )
         for section in SECTIONS
+        if operator or not section.operators_only
     ]

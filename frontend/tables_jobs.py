@@ -4,6 +4,7 @@ import django_tables2 as tables
 from django.db.models import F
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from aistation.choices import FINAL_STATES
 from aistation.models import Job, Queue
@@ -223,7 +224,7 @@ class ClusterTable(ConsoleTable):
 
     def render_scope(self, record):
         if record.tenant_id is None:
-            return format_html('<span class="badge badge-info">All tenants</span>')
+            return mark_safe('<span class="badge badge-info">All tenants</span>')
         return format_html('<span class="badge badge-accent">{}</span>', record.tenant.name)
 
     def render_allocated(self, record):
@@ -236,5 +237,5 @@ class ClusterTable(ConsoleTable):
             return format_html('<span class="badge badge-danger" title="{}">Failing</span>',
                                record.sync_error)
         if record.last_synced_at is None:
-            return format_html('<span class="badge badge-muted">Not synced</span>')
-        return format_html('<span class="badge badge-success">OK</span>')
+            return mark_safe('<span class="badge badge-muted">Not synced</span>')
+        return mark_safe('<span class="badge badge-success">OK</span>')

@@ -36,26 +36,27 @@ HEALTH_TONES = {NodeHealth.HEALTHY: "success", NodeHealth.NOT_READY: "warning",
                 NodeHealth.LOST: "danger"}
 
 
-def _state_badge(state: str, choices, tones) -> str:
+def state_badge(state: str, choices, tones, live_states=LIVE_STATES) -> str:
+    """A coloured badge with the state's label; states still moving pulse (`badge-live`)."""
     if not state:
         return format_html('<span class="muted">{}</span>', "—")
     try:
         label = choices(state).label
     except ValueError:
         label = state
-    live = " badge-live" if state in LIVE_STATES or state == JobState.RUNNING else ""
+    live = " badge-live" if state in live_states else ""
     return format_html('<span class="badge badge-{}{}" data-state="{}">{}</span>',
                        tones.get(state, "muted"), live, state, label)
 
 
 @register.filter
 def job_state_badge(state: str) -> str:
-    return _state_badge(state, JobState, JOB_STATE_TONES)
+    return state_badge(state, JobState, JOB_STATE_TONES)
 
 
 @register.filter
 def attempt_state_badge(state: str) -> str:
-    return _state_badge(state, AttemptState, ATTEMPT_STATE_TONES)
+    return state_badge(state, AttemptState, ATTEMPT_STATE_TONES)
 
 
 @register.filter

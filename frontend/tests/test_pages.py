@@ -128,6 +128,9 @@ def test_navigation_has_one_section_per_layer(signed_in, world):
                         ("Toolchain", "L3"), ("Models", "L4")]
     assert b"/api/docs/" in response.content
     assert b"/api/redoc/" in response.content
+    operator = signed_in(world.operator, world.alpha).get(reverse("frontend:dashboard"))
+    assert ("Bare metal", "L0") in [(section.label, section.layer)
+                                    for section in operator.context["nav_sections"]]
 
 
 def test_django_admin_link_only_for_platform_admins(signed_in, world, client):
