@@ -11,7 +11,7 @@ from infra_os.services.servers import IMPORT_COLUMNS
 MAX_BYTES = 2 * 1024 * 1024
 MAX_ROWS = 5000
 _TRUE = {"1", "true", "yes", "y", "on"}
-_FALSE = {"0", "false", "no", "n", "off", ""}
+_FALSE = {"0", "false", "no", "n", "off"}
 
 
 def _typed(row: dict, number: int) -> dict:
@@ -19,14 +19,16 @@ def _typed(row: dict, number: int) -> dict:
     if unknown:
         raise ValidationError({"file": f"row {number}: unknown column(s) {', '.join(unknown)}; "
                                f"the columns are {', '.join(IMPORT_COLUMNS)}."})
-    out = {key: value for key, value in row.items() if value is not None}
+    # An empty cell is a value not given: the default applies (verify_tls stays on).
+    out = {key: value for key, value in row.items()
+           if value is not None and not (isinstance(value, str) and not value.strip())}
     for key, value in list(out.items()):
         if key == "expected_gpu_count":
             try:
                 out[key] = int(str(value).strip() or 0)
             except ValueError:
-                raise ValidationError({"file": f"row {number}: expected_gpu_count {value!r} is "
-                                       "not a whole number."}) from None
+                raise ValidationError({"file": f"row {number}: expected_gpu_count is not a "
+                                       "whole number."}) from None
             if out[key] < 0:
                 raise ValidationError({"file": f"row {number}: expected_gpu_count cannot be "
                                        "negative."})
@@ -35,8 +37,8 @@ def _typed(row: dict, number: int) -> dict:
             if isinstance(value, bool):
                 continue
             if text not in _TRUE | _FALSE:
-                raise ValidationError({"file": f"row {number}: verify_tls {value!r}: use true "
-                                       "or false."})
+                raise ValidationError({"file": f"row {number}: verify_tls: use true or "
+                                       "false."})
             out[key] = text in _TRUE
         elif not isinstance(value, str):
             raise ValidationError({"file": f"row {number}: {key} must be text."})

@@ -307,3 +307,7 @@ OGAI_BILLING_TIME_ZONE = env_str("OGAI_BILLING_TIME_ZONE", "UTC")
 # attempt waits before the next.
 OGAI_PROVISION_POLL_S = float(env_str("OGAI_PROVISION_POLL_S", "2"))
 OGAI_PROVISION_RETRY_S = float(env_str("OGAI_PROVISION_RETRY_S", "15"))
+# Networks servers boot on: only they get boot configs and may call back (CIDRs, comma-separated).
+OGAI_PROVISIONING_NETWORKS = env_list(
+    "OGAI_PROVISIONING_NETWORKS",
+    ["127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"])

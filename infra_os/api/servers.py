@@ -1,7 +1,8 @@
 """Bare-metal servers, racks and provisioning: the operator's API (platform admins only), plus
 the two doors a server being installed uses: its boot config by MAC, and its callback."""
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status
@@ -30,6 +31,7 @@ from infra_os.services.provisioning import (
     batch_create,
     batch_retry_failed,
     boot_config,
+    from_provisioning_network,
     profile_create,
     profile_delete,
     profile_update,
@@ -47,6 +49,7 @@ from infra_os.services.servers import (
     server_retire,
     server_update,
 )
+from ogai.request_context import client_ip
 
 # Serializers
 
@@ -455,6 +458,8 @@ class ProvisioningCallbackView(APIView):
 
     @extend_schema(request=CallbackSerializer, responses=CallbackAnswerSerializer)
     def post(self, request):
+        if not from_provisioning_network(client_ip(request)):
+            raise PermissionDenied("Callbacks are accepted from the provisioning networks only.")
         serializer = CallbackSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         facts = dict(serializer.validated_data)
@@ -474,6 +479,8 @@ class BootConfigView(APIView):
     def get(self, request):
         from django.urls import reverse
 
+        if not from_provisioning_network(client_ip(request)):
+            raise Http404("Boot configs are served to the provisioning networks only.")
         callback = request.build_absolute_uri(reverse("infra_os-api:provisioning-callback"))
         return Response(boot_config(mac=request.query_params.get("mac", ""),
                                     callback_url=callback))

@@ -22,10 +22,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from infra_os.access import require_platform_admin, require_role
-from infra_os.choices import ADMIN_ROLES, InvoiceState, RatedResource
+from infra_os.choices import ADMIN_ROLES, InvoiceState, LeaseState, RatedResource
 from infra_os.models import (
     Invoice,
     InvoiceLine,
+    Lease,
     PricingPlan,
     PricingRate,
     Reservation,
@@ -55,7 +56,7 @@ def billing_time_zone() -> str:
 def parse_month(text: str, *, field: str = "month") -> date:
     """"YYYY-MM" as the first day of that month; anything else is a ValidationError on `field`."""
     found = MONTH_PATTERN.match(text.strip()) if isinstance(text, str) else None
-    if found is None or not 1 <= int(found[2]) <= 12 or int(found[1]) < 1:
+    if found is None or not 1 <= int(found[2]) <= 12 or not 1970 <= int(found[1]) <= 9000:
         raise ValidationError({field: f"Give a month as YYYY-MM, e.g. 2026-10 (got {text!r})."})
     return date(int(found[1]), int(found[2]), 1)
 
@@ -88,11 +89,24 @@ def invoice_note(invoice: Invoice) -> str:
     return ""
 
 
-def _usage_of_month(tenant: Tenant, period: BillingPeriod):
+def _usage_of_month(tenant: Tenant, period: BillingPeriod) -> list[UsageRecord]:
+    """The month's usage records, and the leases still running (their record is written when
+    they end): each is billed for its time in the month so far, so a closed month keeps what
+    a long lease used in it; the record written later bills only the months still open."""
     timed = Q(kind__in=(UsageRecord.Kind.JOB, UsageRecord.Kind.LEASE),
               started_at__lt=period.end, ended_at__gt=period.start)
     tokens = Q(kind=UsageRecord.Kind.TOKENS, ended_at__gte=period.start, ended_at__lt=period.end)
-    return UsageRecord.objects.filter(timed | tokens, tenant=tenant).order_by("pk")
+    records = list(UsageRecord.objects.filter(timed | tokens, tenant=tenant).order_by("pk"))
+    until = min(timezone.now(), period.end)
+    recorded = {record.source for record in records if record.kind == UsageRecord.Kind.LEASE}
+    for lease in Lease.objects.filter(tenant=tenant, state=LeaseState.ACTIVE,
+                                      starts_at__lt=until).order_by("pk"):
+        if f"lease {lease.pk}" not in recorded:
+            records.append(UsageRecord(
+                tenant=tenant, kind=UsageRecord.Kind.LEASE, source=f"lease {lease.pk}",
+                gpus=lease.gpus, gpu_model=lease.gpu_model, started_at=lease.starts_at,
+                ended_at=until))
+    return records
 
 
 def _reservations_of_month(tenant: Tenant, period: BillingPeriod):

@@ -12,7 +12,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from infra_os.access import require_platform_admin
-from infra_os.choices import LIVE_LEASE_STATES, LeaseState, ServerAllocation, ServerState
+from infra_os.choices import (
+    ACTIVE_RUN_STATES,
+    LIVE_LEASE_STATES,
+    LeaseState,
+    ServerAllocation,
+    ServerState,
+)
 from infra_os.models import Lease, Quota, Server, Tenant, UsageRecord
 from infra_os.services.audit import audit_record
 from infra_os.services.usage import usage_record_create
@@ -72,6 +78,9 @@ def _check_times(starts_at: datetime, ends_at: datetime, now: datetime) -> datet
 
 
 def _check_server(server: Server) -> None:
+    if server.provisioning_runs.filter(state__in=ACTIVE_RUN_STATES).exists():
+        raise ValidationError({"server": f"{server.name} is in a provisioning batch; wait for "
+                               "it to finish (or cancel it) before leasing the server."})
     if server.allocation == ServerAllocation.CLUSTER:
         raise ValidationError({"server": f"{server.name} is a node of cluster "
                                f"{server.allocated_to or '(unnamed)'}; take it out of the "

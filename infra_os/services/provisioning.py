@@ -12,6 +12,7 @@ outside database transactions; `claimed_until` keeps two workers off one run.
 """
 
 import hashlib
+import ipaddress
 import logging
 import secrets
 import time
@@ -55,6 +56,8 @@ logger = logging.getLogger(__name__)
 # How long one worker may hold a run before another may take it over: longer than the task's
 # time limit (a step of slow BMC calls), so only a crashed worker's run is taken over.
 CLAIM = timedelta(seconds=330)
+# A task arriving this much before its run's next check still does it (clocks, countdowns).
+DUE_TOLERANCE = timedelta(seconds=1)
 # A busy run whose next check is this late has lost its task: the sweep enqueues it again.
 SWEEP_GRACE = timedelta(seconds=10)
 # Waits longer than this are left to the sweep instead of a delayed task held by a worker.
@@ -137,6 +140,10 @@ def _refuse_busy(servers: list[Server]) -> None:
             problems.append(f"{server.name}: it is a node of {server.allocated_to}.")
         elif server.pk in running:
             problems.append(f"{server.name}: another batch is provisioning it.")
+    macs = [server.boot_mac for server in servers if server.boot_mac]
+    for mac in sorted({mac for mac in macs if macs.count(mac) > 1}):
+        names = ", ".join(s.name for s in servers if s.boot_mac == mac)
+        problems.append(f"{names}: they share the boot MAC {mac}; correct it first.")
     if problems:
         raise ValidationError({"servers": problems})
 
@@ -150,6 +157,9 @@ def batch_create(*, actor, name: str, profile: ProvisioningProfile, servers: lis
     require_platform_admin(actor)
     if not servers:
         raise ValidationError({"servers": "Choose at least one server."})
+    if not image_url.lower().startswith(("http://", "https://")):
+        raise ValidationError({"image_url": "Give an http:// or https:// URL: BMCs fetch "
+                               "images over HTTP."})
     servers = list(Server.objects.select_for_update().filter(pk__in={s.pk for s in servers})
                    .order_by("pk"))
     _refuse_busy(servers)
@@ -193,11 +203,17 @@ def batch_cancel(*, actor, batch: ProvisioningBatch) -> ProvisioningBatch:
     if batch.state != BatchState.RUNNING:
         raise ValidationError(f"This batch is already {batch.get_state_display().lower()}.")
     now = timezone.now()
-    open_runs = ProvisioningRun.objects.filter(batch=batch, state__in=ACTIVE_RUN_STATES)
-    Server.objects.filter(pk__in=open_runs.values("server_id")) \
+    open_runs = list(ProvisioningRun.objects.select_for_update()
+                     .filter(batch=batch, state__in=ACTIVE_RUN_STATES).order_by("pk")
+                     .values_list("pk", "server_id", "state"))
+    # Servers whose install was under way are in an unknown state; those still waiting their
+    # turn were never touched and keep theirs.
+    Server.objects.filter(pk__in=[server for _, server, state in open_runs
+                                  if state != RunState.WAITING]) \
         .update(state=ServerState.REGISTERED, updated_at=now)
-    open_runs.update(state=RunState.CANCELLED, finished_at=now, token_digest="",
-                     token_encrypted="", next_check_at=None, error="cancelled")
+    ProvisioningRun.objects.filter(pk__in=[pk for pk, _, _ in open_runs]).update(
+        state=RunState.CANCELLED, finished_at=now, token_digest="", token_encrypted="",
+        next_check_at=None, error="cancelled")
     _finish(batch, now, state=BatchState.CANCELLED)
     audit_record(actor=actor, action="provisioning.batch_cancel", obj=batch,
                  changes={"summary": {k: v for k, v in batch.summary.items() if k != "failures"}})
@@ -263,8 +279,11 @@ def run_advance(*, run_id: int) -> float | None:
     """Take the run's next step; returns seconds until it wants to be called again, or None
     when it needs no call (finished, waiting its turn, or another worker holds it)."""
     now = timezone.now()
+    # Only when due: a late duplicate of the task (the sweep re-enqueued a run whose own task
+    # was merely slow) finds nothing to do, so a run never grows two chains of tasks.
     claimed = ProvisioningRun.objects.filter(
         Q(claimed_until__isnull=True) | Q(claimed_until__lt=now),
+        Q(next_check_at__isnull=True) | Q(next_check_at__lte=now + DUE_TOLERANCE),
         pk=run_id, state__in=BUSY_RUN_STATES,
     ).update(claimed_until=now + CLAIM)
     if not claimed:
@@ -285,6 +304,10 @@ def run_advance(*, run_id: int) -> float | None:
                 delay = _check_power(run, driver, now)
     except BmcError as exc:
         delay = _fail(run, f"the BMC said: {exc}", step="bmc", retryable=exc.retryable)
+    except Exception as exc:  # a bug or a setting must fail the attempt, not stall the run
+        logger.exception("Provisioning run %s: step failed", run_id)
+        delay = _fail(run, f"OGAI could not take this step: {type(exc).__name__}: {exc}",
+                      step="internal", retryable=True)
     finally:
         bmc_s = driver.bmc_seconds if driver else 0.0
         if driver:
@@ -411,27 +434,47 @@ def run_callback(*, token: str, facts: dict | None = None) -> ProvisioningRun:
     return run
 
 
+def from_provisioning_network(address: str | None) -> bool:
+    """Whether a request comes from one of `OGAI_PROVISIONING_NETWORKS` (the networks servers
+    boot on), where boot configs are served and callbacks accepted."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    return any(ip in ipaddress.ip_network(net, strict=False)
+               for net in settings.OGAI_PROVISIONING_NETWORKS)
+
+
 def boot_config(*, mac: str, callback_url: str) -> dict:
     """What a server booting its installer needs, found by the MAC it boots from: the image,
-    the profile's user data, where to call back and the one-time token. Served only while
-    that server's run waits for its first boot (the provisioning network is trusted, as for
-    any PXE service; the token still works once)."""
+    the profile's user data, where to call back and the one-time token. Served once per
+    attempt, only while that server's run waits for its first boot (and, by the view, only to
+    the provisioning networks)."""
     try:
         mac = normalise_mac(mac)
     except ValidationError:
         raise Http404("No server boots from this MAC.") from None
-    run = ProvisioningRun.objects.select_related("server", "batch__profile").filter(
-        server__boot_mac=mac, state__in=(RunState.REBOOTING, RunState.AWAITING_CALLBACK),
-    ).exclude(token_encrypted="").first()
-    if run is None:
-        raise Http404("No server booting from this MAC is being provisioned.")
+    with transaction.atomic():
+        runs = list(ProvisioningRun.objects.select_for_update(of=("self",))
+                    .select_related("server", "batch__profile").filter(
+                        server__boot_mac=mac,
+                        state__in=(RunState.REBOOTING, RunState.AWAITING_CALLBACK))
+                    .exclude(token_encrypted="")[:2])
+        if len(runs) != 1:
+            raise Http404("No server booting from this MAC is being provisioned (or several "
+                          "share it).")
+        run = runs[0]
+        token = decrypt(run.token_encrypted)
+        # Handed out once: the digest still proves the callback, the token is no longer kept.
+        ProvisioningRun.objects.filter(pk=run.pk).update(token_encrypted="")
+        _step(run, "boot", "the installer fetched its boot config")
     return {
         "server": run.server.name,
         "image_url": run.batch.image_url,
         "boot_method": run.batch.boot_method,
         "user_data": run.batch.profile.user_data,
         "callback_url": callback_url,
-        "token": decrypt(run.token_encrypted),
+        "token": token,
     }
 
 

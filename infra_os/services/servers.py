@@ -44,7 +44,7 @@ def bmc_driver(server: Server) -> BmcDriver:
 def normalise_mac(value: str) -> str:
     mac = value.strip().lower().replace("-", ":")
     if mac and not MAC_RE.match(mac):
-        raise ValidationError({"boot_mac": f"{value!r} is not a MAC address (aa:bb:cc:dd:ee:ff)."})
+        raise ValidationError({"boot_mac": "This is not a MAC address (aa:bb:cc:dd:ee:ff)."})
     return mac
 
 
@@ -59,7 +59,8 @@ def _rack_named(name: str) -> Rack | None:
     return rack
 
 
-def _build(*, name: str, bmc_address: str, bmc_username: str, bmc_password: str,
+def _build(*, name: str = "", bmc_address: str = "", bmc_username: str = "",
+           bmc_password: str = "",
            rack: str = "", system_id: str = "", verify_tls: bool = True, bmc_driver: str = "",
            expected_gpu_model: str = "", expected_gpu_count: int = 0, description: str = "",
            boot_mac: str = "") -> tuple[Server, Bmc, str]:
@@ -195,6 +196,12 @@ def bmc_update(*, actor, server: Server, address: str | None = None, username: s
                                "own fields, not in the address."})
     if address is not None:
         address = address.rstrip("/")
+    moved = (address is not None and address != bmc.address) or \
+        (verify_tls is False and bmc.verify_tls)
+    if moved and not password:
+        raise ValidationError({"password": "Give the BMC password again when its address "
+                               "changes or TLS verification is turned off: the stored one is "
+                               "only ever sent to the BMC it was given for."})
     fields: tuple[tuple[str, str | bool | None], ...] = (
         ("address", address), ("username", username), ("system_id", system_id),
         ("verify_tls", verify_tls))
@@ -345,7 +352,11 @@ def server_refresh_inventory(*, server: Server) -> InventorySnapshot | None:
         server.last_seen_at = snapshot.taken_at
         server.bmc_error = ""
         if not server.boot_mac and inventory.nics:
-            server.boot_mac = inventory.nics[0].mac.lower()
+            try:
+                server.boot_mac = normalise_mac(inventory.nics[0].mac)
+            except ValidationError:
+                logger.warning("Server %s: the BMC reports a NIC with an unreadable MAC",
+                               server.name)
         server.save(update_fields=["power_state", "health", "gpu_model", "gpu_count",
                                    "mismatches", "console_url", "last_seen_at", "bmc_error",
                                    "boot_mac", "updated_at"])

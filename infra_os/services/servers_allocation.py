@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from infra_os.access import require_platform_admin
-from infra_os.choices import LIVE_LEASE_STATES, ServerAllocation, ServerState
+from infra_os.choices import ACTIVE_RUN_STATES, LIVE_LEASE_STATES, ServerAllocation, ServerState
 from infra_os.models import Lease, Server
 from infra_os.services.audit import audit_record
 from infra_os.services.leases import utc_text
@@ -32,6 +32,9 @@ def server_set_allocation(*, actor, server: Server, allocation: str,
                 return server
             raise ValidationError({"server": f"{server.name} is already a node of cluster "
                                    f"{server.allocated_to}; take it out of that cluster first."})
+        if server.provisioning_runs.filter(state__in=ACTIVE_RUN_STATES).exists():
+            raise ValidationError({"server": f"{server.name} is in a provisioning batch; wait "
+                                   "for it to finish first."})
         if server.state != ServerState.PROVISIONED:
             raise ValidationError({"server": f"{server.name} is "
                                    f"{server.get_state_display().lower()}; only a provisioned "

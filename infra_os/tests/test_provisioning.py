@@ -254,3 +254,43 @@ def test_inventory_of_a_gpu_server_and_mismatches_with_what_was_expected(
     assert fake.boot_mac == system.macs[0]
     assert fake.power_state == "Off"
     assert any("does not report GPUs" in text for text in fake.mismatches)
+
+
+def test_boot_configs_go_once_and_only_to_the_provisioning_networks(
+        world, api, redfish_emulator, profile, settings):
+    [system] = redfish_emulator.claim(1)
+    server = register(world.operator, redfish_emulator, system)
+    batch = batch_create(actor=world.operator, name="net", profile=profile, servers=[server],
+                         image_url="http://images.example/ubuntu.iso")
+    batch_fill_slots(batch_id=batch.pk)
+    run_advance(run_id=batch.runs.get().pk)
+
+    settings.OGAI_PROVISIONING_NETWORKS = ["10.9.0.0/16"]  # the test client is 127.0.0.1
+    assert api.get(BOOT_CONFIG, {"mac": system.macs[0]}).status_code == 404
+    assert api.post(CALLBACK, {"token": "x" * 43}, format="json").status_code == 403
+    settings.OGAI_PROVISIONING_NETWORKS = ["127.0.0.0/8"]
+    first = api.get(BOOT_CONFIG, {"mac": system.macs[0]})
+    assert first.status_code == 200
+    assert api.get(BOOT_CONFIG, {"mac": system.macs[0]}).status_code == 404  # handed out once
+    assert api.post(CALLBACK, {"token": first.json()["token"]}, format="json").status_code == 200
+
+
+def test_a_server_in_a_batch_cannot_be_leased_until_the_batch_is_done(world, redfish_emulator,
+                                                                       profile):
+    from datetime import timedelta
+
+    from django.core.exceptions import ValidationError
+
+    from infra_os.services.leases import lease_create
+
+    first, second = redfish_emulator.claim(2)
+    busy = register(world.operator, redfish_emulator, first)
+    waiting = register(world.operator, redfish_emulator, second)
+    Server.objects.filter(pk__in=[busy.pk, waiting.pk]).update(state=ServerState.PROVISIONED)
+    batch_create(actor=world.operator, name="reinstall", profile=profile,
+                 servers=[busy, waiting], image_url="http://images.example/u.iso",
+                 concurrency=1)
+    now = timezone.now()
+    with pytest.raises(ValidationError, match="provisioning batch"):
+        lease_create(actor=world.operator, server=Server.objects.get(pk=waiting.pk),
+                     tenant=world.alpha, starts_at=now, ends_at=now + timedelta(days=1))

@@ -122,3 +122,26 @@ def test_the_server_list_costs_a_fixed_number_of_queries(world, api, django_asse
         client.post(SERVERS, server_body(name=f"q-{index}"), format="json")
     with django_assert_num_queries(2):  # count, page
         assert client.get(SERVERS).json()["count"] == 5
+
+
+def test_a_new_bmc_address_needs_the_password_again_and_a_blank_tls_cell_keeps_it_on(world, api):
+    client = api.as_user(world.operator)
+    client.post(SERVERS, server_body(), format="json")
+    moved = client.patch(f"{SERVERS}gpu-01/bmc/", {"address": "https://attacker.example"},
+                         format="json")
+    assert moved.status_code == 400 and "password" in moved.json()["fields"]
+    assert Bmc.objects.get().address == "https://10.0.0.5"
+    assert client.patch(f"{SERVERS}gpu-01/bmc/", {"address": "https://10.0.0.6",
+                                                  "password": "new-one"},
+                        format="json").status_code == 200
+
+    text = ("name,bmc_address,bmc_username,bmc_password,verify_tls\n"
+            f"t-1,https://10.0.2.1,root,{SECRET},\n")
+    imported = client.post(f"{SERVERS}import/", {"file": SimpleUploadedFile(
+        "servers.csv", text.encode(), "text/csv")}, format="multipart")
+    assert imported.status_code == 201
+    assert Bmc.objects.get(server__name="t-1").verify_tls is True
+    refused = client.post(SERVERS, server_body(name="u-1",
+                                               bmc_address="https://root:pw@10.0.0.9"),
+                          format="json")
+    assert refused.status_code == 400 and "own fields" in str(refused.json()["fields"])
