@@ -5,7 +5,7 @@ from decimal import Decimal
 from django import forms
 
 from infra_os.choices import RatedResource
-from infra_os.filtersets_billing import month_validator
+from infra_os.filtersets import month_validator
 
 MONTH_HELP = "YYYY-MM, in the billing time zone."
 

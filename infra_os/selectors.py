@@ -115,11 +115,15 @@ def _platform_admins_only(queryset: QuerySet, user) -> QuerySet:
 
 
 def server_list(*, user) -> QuerySet[Server]:
-    """Servers with their rack, BMC and the state of their newest provisioning run."""
+    """Servers with their rack, BMC, the state of their newest provisioning run and the
+    tenant of their live lease, if any."""
     newest_run = ProvisioningRun.objects.filter(server_id=OuterRef("pk")).order_by("-pk")
+    live_lease = Lease.objects.filter(server_id=OuterRef("pk"), state__in=LIVE_LEASE_STATES) \
+        .order_by("starts_at")
     queryset = Server.objects.select_related("rack", "bmc").annotate(
         provisioning_state=Subquery(newest_run.values("state")[:1]),
         provisioning_batch_id=Subquery(newest_run.values("batch_id")[:1]),
+        leased_to=Subquery(live_lease.values("tenant__name")[:1]),
     )
     return _platform_admins_only(queryset, user)
 

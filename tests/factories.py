@@ -1,11 +1,14 @@
 """Factories for tests of every layer. Each builds rows directly (no audit events): tests that
 exercise a service call the service."""
 
+import itertools
+from datetime import UTC, datetime
+
 import factory
 from django.contrib.auth import get_user_model
 
 from infra_os.choices import Role
-from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
+from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant, UsageRecord
 
 PASSWORD = "Correct-horse-42"
 
@@ -124,3 +127,18 @@ class JobFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"job-{n}")
     command = factory.LazyFunction(lambda: ["python", "-c", "print('hello')"])
     state = "queued"
+
+
+_usage_sources = itertools.count(1)
+
+
+def at(text: str) -> datetime:
+    """An ISO time without zone, in UTC: `at("2026-10-01T12:00")`."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def job_usage(tenant, gpus: int, model: str, start: str, end: str) -> UsageRecord:
+    """What a job attempt of `gpus` GPUs of `model` used from `start` to `end` (UTC)."""
+    return UsageRecord.objects.create(
+        tenant=tenant, kind=UsageRecord.Kind.JOB, source=f"job {next(_usage_sources)}",
+        gpus=gpus, gpu_model=model, started_at=at(start), ended_at=at(end))

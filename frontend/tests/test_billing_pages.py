@@ -1,34 +1,24 @@
 """The console's usage, invoices and pricing pages."""
 
-import itertools
-from datetime import UTC, date, datetime
+from datetime import date
 from decimal import Decimal
 
 import pytest
 from django.urls import reverse
 
 from infra_os.choices import InvoiceState, RatedResource
-from infra_os.models import Invoice, PricingPlan, Reservation, UsageRecord
+from infra_os.models import Invoice, PricingPlan, Reservation
 from infra_os.services.billing import (
     invoice_rate,
     pricing_plan_create,
     pricing_rate_set,
     reservation_create,
 )
-from tests.factories import TenantFactory
+from tests.factories import TenantFactory, job_usage
 
 OCTOBER = date(2026, 10, 1)
-_sources = itertools.count(1)
 
 
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-def job(tenant, gpus, model, start, end):
-    return UsageRecord.objects.create(
-        tenant=tenant, kind=UsageRecord.Kind.JOB, source=f"job {next(_sources)}", gpus=gpus,
-        gpu_model=model, started_at=at(start), ended_at=at(end))
 
 
 @pytest.fixture
@@ -38,8 +28,8 @@ def billed(world):
     plan = pricing_plan_create(actor=world.operator, name="standard", is_default=True)
     pricing_rate_set(actor=world.operator, plan=plan, resource=RatedResource.GPU_HOUR,
                      match="H100", unit_price=Decimal("2.50"))
-    job(world.alpha, 2, "H100", "2026-10-01T12:00", "2026-10-03T12:00")  # 96 GPU-h
-    job(world.alpha, 1, "A100", "2026-10-02T00:00", "2026-10-02T01:00")  # no rate
+    job_usage(world.alpha, 2, "H100", "2026-10-01T12:00", "2026-10-03T12:00")  # 96 GPU-h
+    job_usage(world.alpha, 1, "A100", "2026-10-02T00:00", "2026-10-02T01:00")  # no rate
     world.plan = plan
     world.invoice = invoice_rate(actor=world.operator, tenant=world.alpha, month=OCTOBER)
     return world
@@ -98,7 +88,7 @@ def test_a_platform_admin_rates_and_closes_with_confirmation(signed_in, billed):
     content = client.get(url).content.decode()
     assert "Rate again" in content
     assert 'data-confirm="Close the invoice of alpha for 2026-10?' in content
-    job(billed.alpha, 1, "H100", "2026-10-20T00:00", "2026-10-20T04:00")  # +10.00
+    job_usage(billed.alpha, 1, "H100", "2026-10-20T00:00", "2026-10-20T04:00")  # +10.00
     response = client.post(reverse("frontend:invoice-rerate", args=[billed.invoice.pk]),
                            follow=True)
     assert "Rated again: 250.00 USD." in response.content.decode()
@@ -231,7 +221,7 @@ def test_billing_pages_pin_their_query_counts(signed_in, billed, django_assert_m
         reservation_create(actor=billed.operator, tenant=billed.alpha, gpu_model="H100",
                            gpus=gpus, starts_on=OCTOBER)
     for index in range(5):
-        job(billed.alpha, 1, f"GPU{index}", "2026-10-04T00:00", "2026-10-06T00:00")
+        job_usage(billed.alpha, 1, f"GPU{index}", "2026-10-04T00:00", "2026-10-06T00:00")
     client = signed_in(billed.alpha_admin)
     with django_assert_max_num_queries(most):
         response = client.get(reverse(f"frontend:{name}"), {"month": "2026-10"})

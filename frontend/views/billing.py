@@ -24,7 +24,7 @@ from frontend.forms_billing import (
 from frontend.lists import list_response
 from frontend.tables_billing import InvoiceTable, ReservationTable
 from infra_os.choices import InvoiceState
-from infra_os.filtersets_billing import InvoiceFilterSet
+from infra_os.filtersets import InvoiceFilterSet
 from infra_os.invoice_export import invoice_csv, invoice_filename, invoice_pdf
 from infra_os.models import Invoice
 from infra_os.selectors import tenant_list

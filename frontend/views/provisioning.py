@@ -17,7 +17,7 @@ from frontend.forms_servers import BatchCreateForm, ProfileForm
 from frontend.lists import list_response
 from frontend.responses import wants_partial
 from frontend.tables_servers import BatchTable, ProfileTable
-from frontend.views.servers import require_operator
+from infra_os.access import require_platform_admin
 from infra_os.choices import (
     ACTIVE_RUN_STATES,
     LIVE_LEASE_STATES,
@@ -51,7 +51,7 @@ POLL_S = 2
 
 @login_required
 def batches(request):
-    require_operator(request)
+    require_platform_admin(request.user)
     return list_response(
         request,
         template="frontend/provisioning/batches.html",
@@ -82,7 +82,7 @@ def _batch_form(request, data=None) -> BatchCreateForm:
 
 @login_required
 def batch_create_view(request):
-    require_operator(request)
+    require_platform_admin(request.user)
     form = _batch_form(request, request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -123,7 +123,7 @@ def batch_detail(request, pk: int):
     """The batch's servers as tiles. An htmx request (the page's poller, every 2 s while the
     batch runs) gets the grid area alone; a finished batch's grid stops asking."""
     batch = get_object_or_404(provisioning_batch_list(user=request.user), pk=pk)
-    require_operator(request)
+    require_platform_admin(request.user)
     runs = (provisioning_run_list(user=request.user).filter(batch_id=batch.pk)
             .prefetch_related("steps").order_by("server__name"))
     opened = _open_tiles(request)
@@ -154,7 +154,7 @@ def batch_detail(request, pk: int):
 @require_POST
 def batch_cancel_view(request, pk: int):
     batch = get_object_or_404(provisioning_batch_list(user=request.user), pk=pk)
-    require_operator(request)
+    require_platform_admin(request.user)
     try:
         batch = batch_cancel(actor=request.user, batch=batch)
     except ValidationError as exc:
@@ -170,7 +170,7 @@ def batch_cancel_view(request, pk: int):
 @require_POST
 def batch_retry_view(request, pk: int):
     batch = get_object_or_404(provisioning_batch_list(user=request.user), pk=pk)
-    require_operator(request)
+    require_platform_admin(request.user)
     try:
         retry = batch_retry_failed(actor=request.user, batch=batch)
     except ValidationError as exc:
@@ -185,7 +185,7 @@ def batch_retry_view(request, pk: int):
 
 @login_required
 def profiles(request):
-    require_operator(request)
+    require_platform_admin(request.user)
     return list_response(
         request,
         template="frontend/provisioning/profiles.html",
@@ -196,7 +196,7 @@ def profiles(request):
 
 @login_required
 def profile_create_view(request):
-    require_operator(request)
+    require_platform_admin(request.user)
     form = ProfileForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -214,7 +214,7 @@ def profile_create_view(request):
 @login_required
 def profile_edit_view(request, name: str):
     profile = get_object_or_404(provisioning_profile_list(user=request.user), name=name)
-    require_operator(request)
+    require_platform_admin(request.user)
     form = ProfileForm(request.POST or None, initial=ProfileForm.initial_from(profile),
                        editing=True)
     if request.method == "POST" and form.is_valid():
@@ -236,7 +236,7 @@ def profile_edit_view(request, name: str):
 @require_POST
 def profile_delete_view(request, name: str):
     profile = get_object_or_404(provisioning_profile_list(user=request.user), name=name)
-    require_operator(request)
+    require_platform_admin(request.user)
     try:
         profile_delete(actor=request.user, profile=profile)
     except ValidationError as exc:

@@ -6,15 +6,12 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import OuterRef, Subquery
+from django.core.exceptions import ValidationError
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from frontend.access import console_access
 from frontend.forms import add_service_errors
 from frontend.forms_servers import (
     BMC_FIELD_MAP,
@@ -25,10 +22,11 @@ from frontend.forms_servers import (
     ServerUpdateForm,
 )
 from frontend.lists import list_response
+from frontend.responses import safe_next
 from frontend.tables_servers import RackTable, ServerTable
-from infra_os.choices import LIVE_LEASE_STATES, PowerAction
+from infra_os.access import require_platform_admin
+from infra_os.choices import PowerAction
 from infra_os.filtersets import ServerFilterSet
-from infra_os.models import Lease
 from infra_os.selectors import provisioning_run_list, rack_list, server_list
 from infra_os.server_files import parse_server_file
 from infra_os.services.servers import (
@@ -68,39 +66,18 @@ COLUMN_HELP = {
 }
 
 
-def require_operator(request) -> None:
-    if not console_access(request).platform_admin:
-        raise PermissionDenied("Only a platform admin manages the computing centre's servers.")
-
-
-def _servers(request):
-    """Servers with the tenant of their lease in force, if any."""
-    live_lease = Lease.objects.filter(server_id=OuterRef("pk"), state__in=LIVE_LEASE_STATES) \
-        .order_by("starts_at")
-    return server_list(user=request.user).annotate(
-        leased_to=Subquery(live_lease.values("tenant__name")[:1]))
-
-
 def _rack_names(request) -> list[str]:
     return list(rack_list(user=request.user).values_list("name", flat=True))
 
 
-def _safe_next(request, fallback: str) -> str:
-    target = request.POST.get("next") or request.GET.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
-                                                  require_https=request.is_secure()):
-        return target
-    return fallback
-
-
 @login_required
 def servers(request):
-    require_operator(request)
+    require_platform_admin(request.user)
     return list_response(
         request,
         template="frontend/servers/list.html",
         table_class=ServerTable,
-        queryset=_servers(request),
+        queryset=server_list(user=request.user),
         filterset_class=ServerFilterSet,
         filter_labels={"q": "Search", "power_state": "Power", "mismatch": "Mismatch"},
         context={"bulk_actions": [(action.value, action.label) for action in
@@ -110,7 +87,7 @@ def servers(request):
 
 @login_required
 def server_register_view(request):
-    require_operator(request)
+    require_platform_admin(request.user)
     form = ServerRegisterForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -128,7 +105,7 @@ def server_register_view(request):
 @login_required
 def server_import_view(request):
     """Register the servers of a CSV or JSON file: all of them, or none when a row is wrong."""
-    require_operator(request)
+    require_platform_admin(request.user)
     form = ServerImportForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         upload = form.cleaned_data["file"]
@@ -155,10 +132,10 @@ def server_bulk(request):
     """The server list's bulk actions. A power action first answers with a page naming the
     servers and the action; only its confirmed POST (confirmed=1) asks for it. "Provision…"
     opens the new-batch form with the servers chosen."""
-    require_operator(request)
+    require_platform_admin(request.user)
     action = request.POST.get("action", "")
     names = list(dict.fromkeys(request.POST.getlist("servers")))
-    back = _safe_next(request, reverse("frontend:servers"))
+    back = safe_next(request, reverse("frontend:servers"))
     if not names:
         messages.error(request, "Choose at least one server first.")
         return HttpResponseRedirect(back)
@@ -168,7 +145,7 @@ def server_bulk(request):
     if action not in PowerAction.values:
         messages.error(request, f"Unknown action {action!r}.")
         return HttpResponseRedirect(back)
-    chosen = list(_servers(request).filter(name__in=names).order_by("name"))
+    chosen = list(server_list(user=request.user).filter(name__in=names).order_by("name"))
     unknown = sorted(set(names) - {server.name for server in chosen})
     label = PowerAction(action).label
     if unknown:
@@ -212,13 +189,13 @@ def _server_detail(request, server, *, edit_form=None, bmc_form=None, status=200
 
 def _get_server(request, name: str):
     # Others see no servers (the selector is empty for them): a 404, as for any hidden row.
-    return get_object_or_404(_servers(request), name=name)
+    return get_object_or_404(server_list(user=request.user), name=name)
 
 
 @login_required
 def server_detail(request, name: str):
     server = _get_server(request, name)
-    require_operator(request)
+    require_platform_admin(request.user)
     return _server_detail(request, server)
 
 
@@ -226,7 +203,7 @@ def server_detail(request, name: str):
 @require_POST
 def server_edit(request, name: str):
     server = _get_server(request, name)
-    require_operator(request)
+    require_platform_admin(request.user)
     form = ServerUpdateForm(request.POST)
     if form.is_valid():
         try:
@@ -243,7 +220,7 @@ def server_edit(request, name: str):
 @require_POST
 def server_bmc(request, name: str):
     server = _get_server(request, name)
-    require_operator(request)
+    require_platform_admin(request.user)
     if getattr(server, "bmc", None) is None:
         messages.error(request, f"{server.name} has no BMC to change.")
         return redirect("frontend:server", name=server.name)
@@ -264,7 +241,7 @@ def server_bmc(request, name: str):
 @require_POST
 def server_refresh(request, name: str):
     server = _get_server(request, name)
-    require_operator(request)
+    require_platform_admin(request.user)
     server_refresh_request(actor=request.user, server=server)
     messages.success(request, f"Asked {server.name}'s BMC for its inventory; reload in a moment.")
     return redirect("frontend:server", name=server.name)
@@ -274,7 +251,7 @@ def server_refresh(request, name: str):
 @require_POST
 def server_retire_view(request, name: str):
     server = _get_server(request, name)
-    require_operator(request)
+    require_platform_admin(request.user)
     try:
         server_retire(actor=request.user, server=server)
     except ValidationError as exc:
@@ -289,7 +266,7 @@ def server_retire_view(request, name: str):
 @require_POST
 def server_delete_view(request, name: str):
     server = _get_server(request, name)
-    require_operator(request)
+    require_platform_admin(request.user)
     try:
         server_delete(actor=request.user, server=server)
     except ValidationError as exc:
@@ -314,14 +291,14 @@ def _racks_page(request, form, status: int = 200):
 
 @login_required
 def racks(request):
-    require_operator(request)
+    require_platform_admin(request.user)
     return _racks_page(request, RackForm())
 
 
 @login_required
 @require_POST
 def rack_create_view(request):
-    require_operator(request)
+    require_platform_admin(request.user)
     form = RackForm(request.POST)
     if form.is_valid():
         try:
@@ -338,7 +315,7 @@ def rack_create_view(request):
 @require_POST
 def rack_delete_view(request, name: str):
     rack = get_object_or_404(rack_list(user=request.user), name=name)
-    require_operator(request)
+    require_platform_admin(request.user)
     count = rack.server_count
     rack_delete(actor=request.user, rack=rack)
     moved = "" if not count else "; its server is in no rack now" if count == 1 \

@@ -2,19 +2,11 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from frontend.access import SESSION_KEY
+from frontend.responses import safe_next
 from infra_os.selectors import tenants_for_switcher
-
-
-def _safe_next(request) -> str:
-    target = request.POST.get("next", "")
-    allowed = url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    )
-    return target if allowed else ""
 
 
 @login_required
@@ -27,4 +19,4 @@ def switch_tenant(request):
         raise Http404("No such tenant.")
     request.session[SESSION_KEY] = tenant.name
     messages.success(request, f"Now showing tenant {tenant}.")
-    return redirect(_safe_next(request) or "frontend:dashboard")
+    return redirect(safe_next(request) or "frontend:dashboard")

@@ -19,7 +19,7 @@ from infra_os import selectors_billing as selectors
 from infra_os.api.serializers import CallerTenantField
 from infra_os.api.viewsets import ScopedViewSet
 from infra_os.choices import RatedResource
-from infra_os.filtersets_billing import InvoiceFilterSet, ReservationFilterSet
+from infra_os.filtersets import InvoiceFilterSet, ReservationFilterSet
 from infra_os.invoice_export import invoice_csv, invoice_filename, invoice_pdf
 from infra_os.models import Invoice, InvoiceLine, PricingPlan, PricingRate, Reservation
 from infra_os.services.billing import (
@@ -268,9 +268,11 @@ class PricingPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scope
         "update": PricingPlanUpdateSerializer,
         "partial_update": PricingPlanUpdateSerializer,
         "rates": PricingRateSetSerializer,
+        "assign": PlanAssignSerializer,
     }
     tenant_field = None
-    platform_admin_actions = ("create", "update", "partial_update", "destroy", "rates")
+    platform_admin_actions = ("create", "update", "partial_update", "destroy", "rates",
+                              "assign")
 
     @extend_schema(request=PricingPlanCreateSerializer, responses={201: PricingPlanSerializer})
     def create(self, request):
@@ -317,17 +319,12 @@ class PricingPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scope
             pricing_rate_set(actor=request.user, plan=plan, **self.validated_input())
         return self.respond(self.reload(plan))
 
-
-class PlanAssignView(APIView):
-    """Bill a tenant on a plan (or, with `plan: null`, on the default plan). Platform admins
-    only."""
-
     @extend_schema(request=PlanAssignSerializer, responses={204: None})
-    def post(self, request):
-        serializer = PlanAssignSerializer(data=request.data, context={"request": request})
-        serializer.is_valid(raise_exception=True)
-        tenant_set_pricing_plan(actor=request.user, tenant=serializer.validated_data["tenant"],
-                                plan=serializer.validated_data["plan"])
+    @action(detail=False, methods=["post"])
+    def assign(self, request):
+        """Bill a tenant on a plan (or, with `plan: null`, on the default plan)."""
+        data = self.validated_input()
+        tenant_set_pricing_plan(actor=request.user, tenant=data["tenant"], plan=data["plan"])
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -359,6 +356,7 @@ class InvoiceViewSet(mixins.ListModelMixin, ScopedViewSet):
 
     selector = selectors.invoice_list
     output_serializer_class = InvoiceSerializer
+    input_serializer_classes = {"rate": InvoiceRateSerializer}
     filterset_class = InvoiceFilterSet
     platform_admin_actions = ("close",)
 
@@ -368,6 +366,15 @@ class InvoiceViewSet(mixins.ListModelMixin, ScopedViewSet):
     @extend_schema(responses=InvoiceDetailSerializer)
     def retrieve(self, request, pk=None):
         return self.respond(self._detail(self.get_object()), serializer=InvoiceDetailSerializer)
+
+    @extend_schema(request=InvoiceRateSerializer, responses=InvoiceDetailSerializer)
+    @action(detail=False, methods=["post"])
+    def rate(self, request):
+        """Rate a tenant's month into its draft invoice (created if need be; its lines are
+        replaced). A closed invoice is answered as it is. Tenant admins and platform admins."""
+        data = self.validated_input()
+        invoice = invoice_rate(actor=request.user, tenant=data["tenant"], month=data["month"])
+        return self.respond(self._detail(invoice), serializer=InvoiceDetailSerializer)
 
     @extend_schema(request=None, responses=InvoiceDetailSerializer)
     @action(detail=True, methods=["post"])
@@ -391,20 +398,6 @@ class InvoiceViewSet(mixins.ListModelMixin, ScopedViewSet):
         invoice = self._detail(self.get_object())
         return _attachment(invoice_pdf(invoice), content_type="application/pdf",
                            filename=invoice_filename(invoice, "pdf"))
-
-
-class InvoiceRateView(APIView):
-    """Rate a tenant's month into its draft invoice (created if need be; its lines are
-    replaced). A closed invoice is answered as it is. Tenant admins and platform admins."""
-
-    @extend_schema(request=InvoiceRateSerializer, responses=InvoiceDetailSerializer)
-    def post(self, request):
-        serializer = InvoiceRateSerializer(data=request.data, context={"request": request})
-        serializer.is_valid(raise_exception=True)
-        invoice = invoice_rate(actor=request.user, tenant=serializer.validated_data["tenant"],
-                               month=serializer.validated_data["month"])
-        invoice = selectors.invoice_detail(user=request.user, pk=invoice.pk)
-        return Response(InvoiceDetailSerializer(invoice, context={"request": request}).data)
 
 
 class UsageView(APIView):

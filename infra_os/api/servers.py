@@ -3,6 +3,7 @@ the two doors a server being installed uses: its boot config by MAC, and its cal
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status
@@ -70,6 +71,8 @@ class ServerSerializer(serializers.ModelSerializer):
     provisioning_state = serializers.ChoiceField(choices=RunState.choices, read_only=True,
                                                  allow_null=True)
     provisioning_batch_id = serializers.IntegerField(read_only=True, allow_null=True)
+    leased_to = serializers.CharField(read_only=True, allow_null=True,
+                                      help_text="The tenant of its live lease")
 
     class Meta:
         model = Server
@@ -77,7 +80,8 @@ class ServerSerializer(serializers.ModelSerializer):
             "id", "name", "rack", "description", "state", "allocation", "allocated_to",
             "expected_gpu_model", "expected_gpu_count", "gpu_model", "gpu_count",
             "power_state", "health", "mismatches", "console_url", "boot_mac", "last_seen_at",
-            "bmc_error", "bmc", "provisioning_state", "provisioning_batch_id", "created_at",
+            "bmc_error", "bmc", "provisioning_state", "provisioning_batch_id", "leased_to",
+            "created_at",
             "updated_at",
         ]
 
@@ -477,8 +481,6 @@ class BootConfigView(APIView):
     @extend_schema(parameters=[OpenApiParameter("mac", OpenApiTypes.STR, required=True)],
                    responses=BootConfigSerializer)
     def get(self, request):
-        from django.urls import reverse
-
         if not from_provisioning_network(client_ip(request)):
             raise Http404("Boot configs are served to the provisioning networks only.")
         callback = request.build_absolute_uri(reverse("infra_os-api:provisioning-callback"))

@@ -3,9 +3,7 @@ from rest_framework.routers import SimpleRouter
 
 from infra_os.api import views
 from infra_os.api.billing import (
-    InvoiceRateView,
     InvoiceViewSet,
-    PlanAssignView,
     PricingPlanViewSet,
     ReservationViewSet,
     UsageView,
@@ -45,8 +43,6 @@ urlpatterns = [
          name="provisioning-callback"),
     path("provisioning/boot-config/", BootConfigView.as_view(), name="provisioning-boot-config"),
     # Before the router's: "rate" and "assign" would otherwise read as an object's id.
-    path("invoices/rate/", InvoiceRateView.as_view(), name="invoice-rate"),
-    path("pricing-plans/assign/", PlanAssignView.as_view(), name="pricing-plan-assign"),
     path("usage/", UsageView.as_view(), name="usage"),
     *router.urls,
 ]

@@ -7,6 +7,7 @@ BMC passwords are stored encrypted (`ogai.crypto`) and leave the database only i
 import logging
 import re
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import ProtectedError
@@ -25,6 +26,7 @@ from infra_os.drivers.base import Inventory
 from infra_os.models import Bmc, InventorySnapshot, Rack, Server
 from infra_os.services.audit import audit_record
 from ogai.crypto import decrypt, encrypt
+from ogai.models import assign_changes
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +78,6 @@ def _build(*, name: str = "", bmc_address: str = "", bmc_username: str = "",
         server.full_clean(exclude=["rack"])
     except ValidationError as exc:
         errors.update(exc.message_dict)
-    from django.conf import settings
-
     driver = bmc_driver or "redfish"
     if driver not in settings.OGAI_BMC_DRIVERS:
         errors["bmc_driver"] = [f"Unknown BMC driver {driver!r}; known: "
@@ -169,8 +169,6 @@ IMPORT_COLUMNS = ("name", "rack", "bmc_address", "bmc_username", "bmc_password",
 @transaction.atomic
 def server_update(*, actor, server: Server, **fields) -> Server:
     require_platform_admin(actor)
-    from ogai.models import assign_changes
-
     if "rack" in fields and not isinstance(fields["rack"], Rack | None):
         fields["rack"] = _rack_named(fields["rack"])
     changes = assign_changes(server, fields, allowed=SERVER_FIELDS)

@@ -6,7 +6,7 @@ calculator agrees with it to the cent."""
 import csv
 import io
 import itertools
-from datetime import UTC, date, datetime
+from datetime import date
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -34,6 +34,7 @@ from infra_os.services.billing import (
     tenant_set_pricing_plan,
 )
 from infra_os.services.rating import amount_of, month_period, rate_month
+from tests.factories import at, job_usage
 
 OCTOBER = date(2026, 10, 1)
 INVOICES = "/api/v1/infra-os/invoices/"
@@ -43,14 +44,6 @@ USAGE = "/api/v1/infra-os/usage/"
 _sources = itertools.count(1)
 
 
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-def job(tenant, gpus, model, start, end):
-    return UsageRecord.objects.create(
-        tenant=tenant, kind=UsageRecord.Kind.JOB, source=f"job {next(_sources)}", gpus=gpus,
-        gpu_model=model, started_at=at(start), ended_at=at(end))
 
 
 def lease(tenant, model, start, end, gpus=8):
@@ -95,16 +88,16 @@ def plan(world):
 def october(world, plan):
     """Alpha's October 2026 (UTC), and some of beta's that must not show."""
     alpha = world.alpha
-    job(alpha, 4, "H100", "2026-10-02T00:00", "2026-10-02T10:00")  # 40 GPU-h, in the reservation
-    job(alpha, 2, "H100", "2026-10-20T00:00", "2026-10-20T03:00")  # 6 GPU-h, outside it
+    job_usage(alpha, 4, "H100", "2026-10-02T00:00", "2026-10-02T10:00")  # 40 GPU-h, reserved
+    job_usage(alpha, 2, "H100", "2026-10-20T00:00", "2026-10-20T03:00")  # 6 GPU-h, outside it
     # 2 GPUs from 23:22:30 on Sept 30: 37.5 min in October = 1.25 GPU-h.
-    job(alpha, 2, "A100", "2026-09-30T23:22:30", "2026-10-01T00:37:30")
-    job(alpha, 1, "V100", "2026-10-31T23:00", "2026-11-01T02:00")  # 1 GPU-h in October
+    job_usage(alpha, 2, "A100", "2026-09-30T23:22:30", "2026-10-01T00:37:30")
+    job_usage(alpha, 1, "V100", "2026-10-31T23:00", "2026-11-01T02:00")  # 1 GPU-h in October
     lease(alpha, "H100", "2026-10-10T00:00", "2026-10-12T12:00")  # 60 server-hours
     tokens(alpha, "llama", 300_000, 200_000, "2026-10-15T12:00")  # 0.5 M
     tokens(alpha, "other-model", 600_000, 400_000, "2026-10-16T12:00")  # 1 M, no rate
     tokens(alpha, "llama", 1_000_000, 0, "2026-11-01T00:00")  # November's
-    job(world.beta, 8, "H100", "2026-10-05T00:00", "2026-10-06T00:00")
+    job_usage(world.beta, 8, "H100", "2026-10-05T00:00", "2026-10-06T00:00")
     reservation_create(actor=world.operator, tenant=alpha, gpu_model="H100", gpus=1,
                        starts_on=date(2026, 10, 2), ends_on=date(2026, 10, 2))
     return world
@@ -157,7 +150,7 @@ def test_usage_without_any_applicable_rate_is_listed_at_price_zero(world):
     bare = pricing_plan_create(actor=world.operator, name="bare", is_default=True)
     pricing_rate_set(actor=world.operator, plan=bare, resource=RatedResource.GPU_HOUR,
                      match="H100", unit_price=Decimal("3"))
-    job(world.alpha, 1, "A100", "2026-10-03T00:00", "2026-10-03T02:00")
+    job_usage(world.alpha, 1, "A100", "2026-10-03T00:00", "2026-10-03T02:00")
     lease(world.alpha, "", "2026-10-03T00:00", "2026-10-03T01:00")
     invoice = invoice_rate(actor=world.operator, tenant=world.alpha, month=OCTOBER)
     assert lines_of(invoice) == [
@@ -180,7 +173,7 @@ def test_a_month_with_no_usage_is_an_empty_invoice(world, plan):
 
 
 def test_a_tenant_without_any_plan_gets_an_empty_invoice_that_says_why(world):
-    job(world.alpha, 1, "H100", "2026-10-03T00:00", "2026-10-03T02:00")
+    job_usage(world.alpha, 1, "H100", "2026-10-03T00:00", "2026-10-03T02:00")
     invoice = invoice_rate(actor=world.operator, tenant=world.alpha, month=OCTOBER)
     assert invoice.lines.count() == 0
     assert invoice.total == Decimal("0.00")
@@ -194,14 +187,14 @@ def test_the_tenants_own_plan_wins_over_the_default(world, plan):
     pricing_rate_set(actor=world.operator, plan=premium, resource=RatedResource.GPU_HOUR,
                      unit_price=Decimal("9"))
     tenant_set_pricing_plan(actor=world.operator, tenant=world.alpha, plan=premium)
-    job(world.alpha, 1, "H100", "2026-10-03T00:00", "2026-10-03T02:00")
+    job_usage(world.alpha, 1, "H100", "2026-10-03T00:00", "2026-10-03T02:00")
     invoice = invoice_rate(actor=world.operator, tenant=world.alpha, month=OCTOBER)
     assert (invoice.plan_name, invoice.total) == ("premium", Decimal("18.00"))
 
 
 def test_rating_a_draft_again_follows_new_usage(october):
     invoice = invoice_rate(actor=october.operator, tenant=october.alpha, month=OCTOBER)
-    job(october.alpha, 1, "H100", "2026-10-25T00:00", "2026-10-25T04:00")  # +4 x 2.50
+    job_usage(october.alpha, 1, "H100", "2026-10-25T00:00", "2026-10-25T04:00")  # +4 x 2.50
     again = invoice_rate(actor=october.alpha_admin, tenant=october.alpha, month=OCTOBER)
     assert again.pk == invoice.pk
     assert again.total == Decimal("1297.79")
@@ -219,7 +212,7 @@ def test_a_closed_invoice_never_changes(october):
     frozen_row = Invoice.objects.filter(pk=closed.pk).values().get()
 
     # New usage, new prices, a new default plan: none of it reaches the closed month.
-    job(october.alpha, 8, "H100", "2026-10-20T00:00", "2026-10-21T00:00")
+    job_usage(october.alpha, 8, "H100", "2026-10-20T00:00", "2026-10-21T00:00")
     pricing_rate_set(actor=october.operator, plan=october_plan(), resource="gpu_hour",
                      match="H100", unit_price=Decimal("99"))
     pricing_plan_create(actor=october.operator, name="dearer", is_default=True)
@@ -242,7 +235,7 @@ def october_plan():
 
 def test_closing_rates_the_draft_a_last_time(october):
     invoice = invoice_rate(actor=october.operator, tenant=october.alpha, month=OCTOBER)
-    job(october.alpha, 1, "H100", "2026-10-25T00:00", "2026-10-25T04:00")
+    job_usage(october.alpha, 1, "H100", "2026-10-25T00:00", "2026-10-25T04:00")
     closed = invoice_close(actor=october.operator, invoice=invoice)
     assert closed.total == Decimal("1297.79")
 
@@ -272,7 +265,7 @@ def test_who_may_rate_and_close(october):
 def test_months_are_calendar_months_in_the_billing_time_zone(world, plan, settings):
     settings.OGAI_BILLING_TIME_ZONE = "Asia/Shanghai"
     # 23:30 UTC on September 30 is 07:30 on October 1 in Shanghai (UTC+8).
-    job(world.alpha, 1, "H100", "2026-09-30T22:30", "2026-09-30T23:30")
+    job_usage(world.alpha, 1, "H100", "2026-09-30T22:30", "2026-09-30T23:30")
     september = invoice_rate(actor=world.operator, tenant=world.alpha, month=date(2026, 9, 1))
     october = invoice_rate(actor=world.operator, tenant=world.alpha, month=OCTOBER)
     assert september.lines.count() == 0
@@ -286,8 +279,8 @@ def test_months_are_calendar_months_in_the_billing_time_zone(world, plan, settin
 def test_a_month_with_a_daylight_saving_change_has_its_real_hours(world, plan, settings):
     settings.OGAI_BILLING_TIME_ZONE = "Europe/Berlin"
     # Berlin's clocks go back on 2026-10-25: October there lasts 31 x 24 + 1 = 745 hours.
-    job(world.alpha, 1, "H100", "2026-09-20T00:00", "2026-11-10T00:00")
-    job(world.alpha, 1, "B200", "2026-09-20T00:00", "2026-11-10T00:00")
+    job_usage(world.alpha, 1, "H100", "2026-09-20T00:00", "2026-11-10T00:00")
+    job_usage(world.alpha, 1, "B200", "2026-09-20T00:00", "2026-11-10T00:00")
     reservation_create(actor=world.operator, tenant=world.alpha, gpu_model="H100", gpus=1,
                        starts_on=date(2026, 9, 1))
     invoice = invoice_rate(actor=world.operator, tenant=world.alpha, month=OCTOBER)
@@ -438,10 +431,10 @@ def test_the_pdf_shows_tenant_month_lines_and_total(october):
 
 
 def test_usage_is_split_at_day_boundaries(world, plan):
-    job(world.alpha, 2, "H100", "2026-10-01T12:00", "2026-10-03T12:00")
+    job_usage(world.alpha, 2, "H100", "2026-10-01T12:00", "2026-10-03T12:00")
     lease(world.alpha, "H100", "2026-10-02T18:00", "2026-10-03T06:00")
     tokens(world.alpha, "llama", 700, 300, "2026-10-02T09:00")
-    job(world.beta, 8, "H100", "2026-10-01T00:00", "2026-10-02T00:00")
+    job_usage(world.beta, 8, "H100", "2026-10-01T00:00", "2026-10-02T00:00")
     summary = usage_by_day(user=world.alpha_viewer, tenant=world.alpha,
                            start=date(2026, 10, 1), end=date(2026, 10, 5))
     rows = {row["date"].day: row for row in summary.rows()}
@@ -455,14 +448,14 @@ def test_usage_is_split_at_day_boundaries(world, plan):
 
 def test_usage_days_follow_the_billing_time_zone(world, plan, settings):
     settings.OGAI_BILLING_TIME_ZONE = "Asia/Shanghai"
-    job(world.alpha, 1, "H100", "2026-09-30T22:30", "2026-09-30T23:30")
+    job_usage(world.alpha, 1, "H100", "2026-09-30T22:30", "2026-09-30T23:30")
     summary = usage_by_day(user=world.alpha_member, tenant=world.alpha,
                            start=date(2026, 9, 30), end=date(2026, 10, 2))
     assert [row["gpu_hours"] for row in summary.rows()] == [0, Decimal(1)]
 
 
 def test_usage_of_a_tenant_one_does_not_belong_to_is_empty(world, plan):
-    job(world.alpha, 2, "H100", "2026-10-01T12:00", "2026-10-03T12:00")
+    job_usage(world.alpha, 2, "H100", "2026-10-01T12:00", "2026-10-03T12:00")
     summary = usage_by_day(user=world.beta_admin, tenant=world.alpha,
                            start=date(2026, 10, 1), end=date(2026, 10, 5))
     assert summary.totals()["gpu_hours"] == 0
@@ -613,7 +606,7 @@ def test_api_manages_plans_rates_reservations_and_assignments(api, world):
 
 
 def test_api_usage_summary(api, world, plan):
-    job(world.alpha, 2, "H100", "2026-10-01T12:00", "2026-10-03T12:00")
+    job_usage(world.alpha, 2, "H100", "2026-10-01T12:00", "2026-10-03T12:00")
     tokens(world.alpha, "llama", 700, 300, "2026-10-02T09:00")
     response = api.as_user(world.alpha_viewer).get(
         USAGE, {"tenant": "alpha", "from": "2026-10-01", "to": "2026-10-04"})

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from infra_os.drivers.base import BmcAccess
 
@@ -69,6 +69,22 @@ class _Process:
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
+        self._dir: Path | None = None  # the server's own files, removed when it stops
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._terminate()
+        directory, self._dir = self._dir, None
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     @property
     def url(self) -> str:
@@ -205,7 +221,6 @@ class RedfishEmulator(_Process):
             )
         self._claimed = 0
         self._claim_lock = threading.Lock()
-        self._dir: Path | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -259,18 +274,6 @@ class RedfishEmulator(_Process):
             self.stop()
             raise
         return self
-
-    def stop(self) -> None:
-        self._terminate()
-        directory, self._dir = self._dir, None
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-
-    def __enter__(self) -> RedfishEmulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # ---- for tests ----------------------------------------------------------------------------
 
@@ -334,7 +337,6 @@ class StaticRedfish(_Process):
         super().__init__()
         self.mockup = Path(mockup)
         self.startup_timeout_s = startup_timeout_s
-        self._dir: Path | None = None
 
     def start(self) -> StaticRedfish:
         if self._proc is not None:
@@ -358,18 +360,6 @@ class StaticRedfish(_Process):
             self.stop()
             raise
         return self
-
-    def stop(self) -> None:
-        self._terminate()
-        directory, self._dir = self._dir, None
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-
-    def __enter__(self) -> StaticRedfish:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def access(self, *, username: str = "admin", password: str = STATIC_PASSWORD) -> BmcAccess:
         """Any credentials do; these stand in for real ones (e.g. in leak checks)."""
