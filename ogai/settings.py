@@ -223,6 +223,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     _control_dir = DATA_DIR / "celery" / "control"
     for _folder in (_queue_dir, _processed_dir, _control_dir):
         _folder.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT = "ogai.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
