@@ -40,10 +40,8 @@ class RejectUnknownFields:
         return super().to_internal_value(data)
 
 
-def tenant_and_queue(user, attrs: dict, doing: str) -> tuple[Tenant, Queue]:
-    """The tenant named in `attrs` (or the caller's only writable one) and its queue named
-    `attrs["queue"]`."""
-    tenant = attrs.get("tenant")
+def caller_tenant(user, tenant: Tenant | None, doing: str) -> Tenant:
+    """`tenant` when given, else the caller's only writable tenant."""
     if tenant is None:
         writable = [t for t in CallerTenantField().get_queryset_for(user)
                     if user.is_staff or role_in(user, t) in WRITE_ROLES]
@@ -51,6 +49,13 @@ def tenant_and_queue(user, attrs: dict, doing: str) -> tuple[Tenant, Queue]:
             raise serializers.ValidationError(
                 {"tenant": f"Name the tenant: you can {doing} {len(writable)} tenants."})
         tenant = writable[0]
+    return tenant
+
+
+def tenant_and_queue(user, attrs: dict, doing: str) -> tuple[Tenant, Queue]:
+    """The tenant named in `attrs` (or the caller's only writable one) and its queue named
+    `attrs["queue"]`."""
+    tenant = caller_tenant(user, attrs.get("tenant"), doing)
     queue = Queue.objects.filter(tenant=tenant, name=attrs["queue"]).select_related(
         "cluster").first()
     if queue is None:

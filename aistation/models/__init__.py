@@ -1,5 +1,9 @@
 from aistation.models.jobs import Attempt, Job, JobEvent
 from aistation.models.notebooks import Notebook, NotebookEvent, NotebookPolicy
 from aistation.models.queues import Queue
+from aistation.models.tokens import JobToken
 
-__all__ = ["Attempt", "Job", "JobEvent", "Notebook", "NotebookEvent", "NotebookPolicy", "Queue"]
+__all__ = [
+    "Attempt", "Job", "JobEvent", "JobToken", "Notebook", "NotebookEvent", "NotebookPolicy",
+    "Queue",
+]
