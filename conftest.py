@@ -91,6 +91,17 @@ def api():
 
 
 @pytest.fixture
+def local_queue(world, tmp_path):
+    """A cluster of this machine (the local driver, its files under tmp_path) and alpha's
+    queue `default` on it."""
+    cluster = Cluster.objects.create(name="here", driver="local",
+                                     options={"root": str(tmp_path / "cluster"), "grace_s": 2})
+    cluster_sync_nodes(cluster=cluster)
+    return queue_create(actor=world.operator, tenant=world.alpha, name="default",
+                        cluster=cluster)
+
+
+@pytest.fixture
 def farm(world, settings):
     """A fake cluster of 2 nodes x 8 GPUs; tenants alpha and beta (8-GPU quotas) each with a
     queue `default` on it. `farm.submit(...)` submits as the tenant's member."""

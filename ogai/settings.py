@@ -212,6 +212,9 @@ SPECTACULAR_SETTINGS = {
         "InvoiceStateEnum": "infra_os.choices.InvoiceState",
         "RatedResourceEnum": "infra_os.choices.RatedResource",
         "UsageResourceEnum": "infra_os.selectors_billing.USAGE_RESOURCE_CHOICES",
+        "DatasetKindEnum": "ylink.choices.DatasetKind",
+        "TrainingKindEnum": "ylink.choices.TrainingKind",
+        "RunnerEventKindEnum": "ylink.choices.RUNNER_EVENT_KINDS",
     },
 }
 
@@ -290,6 +293,11 @@ OGAI_SCHEDULER_STARVATION_S = env_float_or_none("OGAI_SCHEDULER_STARVATION_S")
 OGAI_SCHEDULER_LEVELS_GPU_S = env_floats_or_none("OGAI_SCHEDULER_LEVELS_GPU_S")
 OGAI_SCHEDULER_MIN_RUN_S = env_float_or_none("OGAI_SCHEDULER_MIN_RUN_S")
 OGAI_SCHEDULER_PROMOTE_AFTER_S = env_float_or_none("OGAI_SCHEDULER_PROMOTE_AFTER_S")
+
+# YLink datasets: the largest upload (MiB, checked before anything is stored) and the most
+# files a zip may hold.
+OGAI_DATASET_MAX_UPLOAD_MIB = env_int("OGAI_DATASET_MAX_UPLOAD_MIB", 2048)
+OGAI_DATASET_MAX_FILES = env_int("OGAI_DATASET_MAX_FILES", 10000)
 
 # How long /readyz waits for a worker to answer its health task.
 OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))

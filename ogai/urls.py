@@ -22,6 +22,7 @@ urlpatterns = [
     path("api/v1/infra-os/", include("infra_os.api.urls")),
     path("api/v1/podsys/", include("podsys.api.urls")),
     path("api/v1/aistation/", include("aistation.api.urls")),
+    path("api/v1/ylink/", include("ylink.api.urls")),
     # Anything else under /api/ answers with the error envelope, in DEBUG too.
     re_path(r"^api/", lambda request, *args: handler404(request)),
     path("", include("frontend.urls")),

@@ -34,6 +34,7 @@ from tests.factories import (
     NodeFactory,
     QueueFactory,
 )
+from ylink.models import Dataset, DatasetVersion, PipelineRun, TrainingRun
 
 VIEWSETS, PLAIN_ROUTES = api_routes()
 # The sign-in, and the two doors of a server being installed: its boot config (by MAC) and its
@@ -78,6 +79,17 @@ def _lease(tenant):
                                 ends_at=datetime(2026, 10, 2, tzinfo=UTC), gpus=8)
 
 
+def _version(tenant):
+    dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name=f"{tenant.name}-data")
+    return DatasetVersion.objects.create(dataset=dataset, number=dataset.versions.count() + 1,
+                                         format="jsonl", path="missing", content_hash="0" * 64)
+
+
+def _run_job(tenant, user):
+    return JobFactory(queue=QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant)),
+                      owner=user)
+
+
 # The operator's own resources, of no tenant: members of any tenant see none of them.
 OPERATOR_ONLY = {Server, Rack, ProvisioningProfile, ProvisioningBatch}
 
@@ -107,12 +119,21 @@ OWNED_OBJECTS = {
     ProvisioningBatch: lambda tenant, user: ProvisioningBatch.objects.create(
         name=f"{tenant.name}-batch", profile=_profile(tenant), boot_method="pxe",
         image_url="http://images.example/os.iso"),
+    Dataset: lambda tenant, user: _version(tenant).dataset,
+    DatasetVersion: lambda tenant, user: _version(tenant),
+    PipelineRun: lambda tenant, user: PipelineRun.objects.create(
+        tenant=tenant, created_by=user, name="clean", input_version=_version(tenant), steps=[],
+        job=_run_job(tenant, user)),
+    TrainingRun: lambda tenant, user: TrainingRun.objects.create(
+        tenant=tenant, created_by=user, name="train", kind="pretrain", spec={},
+        dataset_version=_version(tenant), job=_run_job(tenant, user)),
 }
 # model → the tenant a row belongs to (None: shared with every tenant); default `row.tenant`
 TENANT_OF = {
     Tenant: lambda row: row,
     Node: lambda row: row.cluster.tenant,
     PricingPlan: lambda row: row.tenants.first(),
+    DatasetVersion: lambda row: row.dataset.tenant,
 }
 
 

@@ -20,17 +20,10 @@ from aistation.services.workloads import job_checkpoint_dir
 from podsys.models import Cluster
 from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_sync_nodes
+from tests.processes import job_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-
-@pytest.fixture
-def local_queue(world, tmp_path):
-    cluster = Cluster.objects.create(name="here", driver="local",
-                                     options={"root": str(tmp_path / "cluster"), "grace_s": 2})
-    cluster_sync_nodes(cluster=cluster)
-    return queue_create(actor=world.operator, tenant=world.alpha, name="default",
-                        cluster=cluster)
 
 
 def _script(tmp_path: Path, name: str, body: str) -> str:
@@ -53,20 +46,6 @@ def _wait(job, condition, timeout=60.0):
         time.sleep(0.2)
     raise AssertionError(f"job {job.pk} stuck in {job.state}: {job.reason}")
 
-
-def _processes_of(job_id: int) -> list[int]:
-    marker = f"OGAI_JOB_ID={job_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0") and \
-                    (entry / "stat").read_text().split()[2] != "Z":
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def test_a_script_runs_to_success_with_its_output_in_the_logs(
@@ -104,12 +83,12 @@ def test_cancel_ends_the_process_group(world, local_queue, tmp_path, celery_work
         time.sleep(600)
     """)
     job = _submit(world, local_queue, script)
-    job = _wait(job, lambda j: j.state == JobState.RUNNING and len(_processes_of(j.pk)) >= 2)
+    job = _wait(job, lambda j: j.state == JobState.RUNNING and len(job_processes(j.pk)) >= 2)
     job_cancel(actor=world.alpha_member, job=job)
     deadline = time.monotonic() + 30
-    while _processes_of(job.pk) and time.monotonic() < deadline:
+    while job_processes(job.pk) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _processes_of(job.pk) == []
+    assert job_processes(job.pk) == []
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED
     _wait(job, lambda j: j.attempts.get().state == "cancelled")
@@ -144,7 +123,7 @@ def test_a_killed_job_resumes_from_its_checkpoint_with_the_same_result(
     while not (checkpoint.exists() and json.loads(checkpoint.read_text())["step"] >= 5):
         assert time.monotonic() < deadline, "the job never wrote its checkpoint"
         time.sleep(0.05)
-    victims = _processes_of(job.pk)
+    victims = job_processes(job.pk)
     assert victims, "the job ended before it could be killed"
     for pid in victims:
         os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,258 @@
+from rest_framework import serializers
+
+from aistation.api.serializers import RejectUnknownFields, caller_tenant, tenant_and_queue
+from infra_os.api.serializers import CallerTenantField
+from ylink.choices import RUNNER_EVENT_KINDS, DatasetKind, TrainingKind
+from ylink.models import (
+    Checkpoint,
+    Dataset,
+    DatasetVersion,
+    PipelineRun,
+    TrainingMetric,
+    TrainingRun,
+)
+from ylink.selectors import dataset_version_list, training_run_list
+
+
+class DatasetCreateSerializer(RejectUnknownFields, serializers.Serializer):
+    tenant = CallerTenantField(required=False, help_text="Needed when you are in several.")
+    name = serializers.CharField(max_length=100)
+    kind = serializers.ChoiceField(choices=DatasetKind.choices, default=DatasetKind.TEXT)
+    description = serializers.CharField(allow_blank=True, default="", max_length=10000)
+
+    def validate(self, attrs):
+        attrs["tenant"] = caller_tenant(self.context["request"].user, attrs.get("tenant"),
+                                        "create datasets in")
+        return attrs
+
+
+class DatasetUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="A .jsonl, .txt or .md file, or a .zip of them.")
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    versions = serializers.IntegerField(source="version_count", read_only=True)
+    latest_version = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Dataset
+        fields = ["id", "name", "tenant", "kind", "description", "versions", "latest_version",
+                  "created_by", "created_at"]
+
+
+class DatasetVersionSerializer(serializers.ModelSerializer):
+    dataset = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    dataset_id = serializers.IntegerField(read_only=True)
+    tenant = serializers.CharField(source="dataset.tenant.name", read_only=True)
+    parent = serializers.PrimaryKeyRelatedField(read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = DatasetVersion
+        fields = ["id", "dataset", "dataset_id", "tenant", "number", "format", "content_hash",
+                  "documents", "bytes", "tokens", "stats", "parent", "pipeline_run", "source",
+                  "created_by", "created_at"]
+
+
+class SampleSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    id = serializers.CharField()
+    chars = serializers.IntegerField()
+    text = serializers.CharField()
+    truncated = serializers.BooleanField()
+    metadata = serializers.DictField()
+
+
+class SamplePageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    offset = serializers.IntegerField()
+    limit = serializers.IntegerField()
+    results = SampleSerializer(many=True)
+
+
+class DatasetChoice(RejectUnknownFields, serializers.Serializer):
+    """Which dataset version a run reads: by id, or by dataset name and version number
+    (default: the newest)."""
+
+    tenant = CallerTenantField(required=False, help_text="Needed when you are in several.")
+    dataset_version = serializers.IntegerField(required=False, help_text="A version's id.")
+    dataset = serializers.CharField(required=False, max_length=100,
+                                    help_text="A dataset's name (instead of dataset_version).")
+    version = serializers.IntegerField(required=False, min_value=1,
+                                       help_text="With dataset: its version number.")
+    queue = serializers.CharField(max_length=63, default="default")
+    name = serializers.CharField(max_length=100, allow_blank=True, default="")
+
+    def _version(self, attrs) -> DatasetVersion:
+        user = self.context["request"].user
+        versions = dataset_version_list(user=user)
+        if attrs.get("dataset_version") is not None:
+            if attrs.get("dataset") or attrs.get("version"):
+                raise serializers.ValidationError({"dataset_version": (
+                    "Give either dataset_version, or dataset (and version): not both.")})
+            found = versions.filter(pk=attrs.pop("dataset_version")).first()
+            if found is None:
+                raise serializers.ValidationError({"dataset_version": "No such version."})
+            return found
+        if not attrs.get("dataset"):
+            raise serializers.ValidationError(
+                {"dataset_version": "Name the dataset version (or a dataset by name)."})
+        versions = versions.filter(dataset__name=attrs.pop("dataset"))
+        if attrs.get("tenant") is not None:
+            versions = versions.filter(dataset__tenant=attrs["tenant"])
+        number = attrs.pop("version", None)
+        if number is not None:
+            versions = versions.filter(number=number)
+        tenants = set(versions.values_list("dataset__tenant", flat=True))
+        if len(tenants) > 1:
+            raise serializers.ValidationError({"tenant": "Several of your tenants have this "
+                                               "dataset: name the tenant."})
+        found = versions.order_by("-number").first()
+        if found is None:
+            raise serializers.ValidationError({"dataset": "No such dataset version."})
+        return found
+
+    def validate(self, attrs):
+        version = self._version(attrs)
+        attrs["tenant"] = version.dataset.tenant
+        _, queue = tenant_and_queue(self.context["request"].user, attrs, "run work in")
+        attrs.pop("tenant")
+        return {**attrs, "version": version, "queue": queue}
+
+
+class PipelineResourcesSerializer(RejectUnknownFields, serializers.Serializer):
+    cpu = serializers.FloatField(min_value=0.01, max_value=4096, default=1.0,
+                                 help_text="CPU cores per replica.")
+    memory_mib = serializers.IntegerField(min_value=64, max_value=16 * 1024 * 1024,
+                                          default=2048, help_text="Memory per replica, MiB.")
+
+
+class PipelineRunStartSerializer(DatasetChoice):
+    steps = serializers.ListField(child=serializers.JSONField(), min_length=1, max_length=50,
+                                  help_text="Steps in order: {type, params}. See "
+                                  "/api/v1/ylink/pipeline-steps/.")
+    replicas = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    tokenizer_run = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                             help_text="A finished tokenizer run for the "
+                                             "tokenize step (default: bytes).")
+    resources = PipelineResourcesSerializer(default=dict)
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        resources = {"cpu": 1.0, "memory_mib": 2048, **attrs.pop("resources")}
+        tokenizer = attrs.pop("tokenizer_run")
+        if tokenizer is not None:
+            tokenizer = training_run_list(user=self.context["request"].user) \
+                .filter(pk=tokenizer).first()
+            if tokenizer is None:
+                raise serializers.ValidationError({"tokenizer_run": "No such training run."})
+        return {**attrs, **resources, "tokenizer_run": tokenizer}
+
+
+class TrainingResourcesSerializer(PipelineResourcesSerializer):
+    gpus = serializers.IntegerField(min_value=0, max_value=1024, default=0,
+                                    help_text="GPUs per replica.")
+    gpu_model = serializers.CharField(max_length=64, allow_blank=True, default="")
+    memory_mib = serializers.IntegerField(min_value=64, max_value=16 * 1024 * 1024,
+                                          default=4096, help_text="Memory per replica, MiB.")
+
+
+class TrainingRunStartSerializer(DatasetChoice):
+    kind = serializers.ChoiceField(choices=TrainingKind.choices)
+    base_run = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                        help_text="Fine-tunes: the run whose model to start "
+                                        "from.")
+    model = serializers.DictField(required=False, help_text="preset, architecture, "
+                                  "context_length (pretraining).")
+    tokenizer = serializers.DictField(required=False, help_text="vocab_size, min_frequency.")
+    lora = serializers.DictField(required=False, help_text="r, alpha, dropout, target_modules.")
+    training = serializers.DictField(required=False, help_text="max_steps, batch_size, "
+                                     "grad_accum, lr, warmup_steps, checkpoint_every, …")
+    replicas = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=3)
+    resources = TrainingResourcesSerializer(default=dict)
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        resources = {"cpu": 1.0, "memory_mib": 4096, "gpus": 0, "gpu_model": "",
+                     **attrs.pop("resources")}
+        base = attrs.pop("base_run")
+        if base is not None:
+            base = training_run_list(user=self.context["request"].user).filter(pk=base).first()
+            if base is None:
+                raise serializers.ValidationError({"base_run": "No such training run."})
+        attrs["dataset_version"] = attrs.pop("version")
+        return {**attrs, **resources, "base_run": base}
+
+
+class _RunSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    state = serializers.CharField(read_only=True)
+    job = serializers.PrimaryKeyRelatedField(read_only=True)
+    reason = serializers.SerializerMethodField(help_text="What its job is waiting for or why "
+                                               "it ended.")
+
+    def get_reason(self, run) -> str:
+        return run.job.reason if run.job and not run.succeeded else ""
+
+
+class PipelineRunSerializer(_RunSerializer):
+    input_version = DatasetVersionSerializer(read_only=True)
+    output_version = DatasetVersionSerializer(read_only=True)
+
+    class Meta:
+        model = PipelineRun
+        fields = ["id", "name", "tenant", "state", "reason", "message", "input_version",
+                  "steps", "replicas", "tokenizer_run", "step_results", "output_version",
+                  "job", "created_by", "created_at", "finished_at"]
+
+
+class TrainingRunSerializer(_RunSerializer):
+    dataset_version = DatasetVersionSerializer(read_only=True)
+    base_run = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = TrainingRun
+        fields = ["id", "name", "tenant", "kind", "state", "reason", "message",
+                  "dataset_version", "base_run", "spec", "gpus", "replicas", "step",
+                  "total_steps", "tokens", "tokens_per_s", "eta_s", "loss", "lr",
+                  "resumed_from_step", "progress_at", "artifact", "output_path", "parameters",
+                  "job", "created_by", "created_at", "finished_at"]
+
+
+class TrainingMetricSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TrainingMetric
+        fields = ["step", "loss", "lr", "tokens", "tokens_per_s", "grad_norm", "reported_at"]
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Checkpoint
+        fields = ["step", "path", "bytes", "created_at"]
+
+
+class StepTypeSerializer(serializers.Serializer):
+    type = serializers.CharField()
+    title = serializers.CharField()
+    description = serializers.CharField()
+    drops = serializers.BooleanField(help_text="Whether the step removes documents.")
+    params = serializers.DictField(child=serializers.DictField(), help_text="Per parameter: "
+                                   "type, default, help, min/max or choices.")
+
+
+class RunnerEventSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=RUNNER_EVENT_KINDS)
+    at = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    data = serializers.DictField(default=dict)
+
+
+class RunnerEventBatchSerializer(serializers.Serializer):
+    events = RunnerEventSerializer(many=True, allow_empty=True, max_length=1000)
+
+
+class RunnerEventReplySerializer(serializers.Serializer):
+    accepted = serializers.IntegerField()

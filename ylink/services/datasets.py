@@ -1,0 +1,135 @@
+"""Datasets and their versions: creating, uploading, recording a pipeline's output."""
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from infra_os.access import require_role
+from infra_os.choices import WRITE_ROLES
+from infra_os.models import Tenant
+from infra_os.services.audit import audit_record
+from ylink import storage
+from ylink.choices import DatasetKind, VersionFormat
+from ylink.models import Dataset, DatasetVersion, PipelineRun
+from ylink.uploads import UploadError, read_upload
+
+
+def max_upload_bytes() -> int:
+    return settings.OGAI_DATASET_MAX_UPLOAD_MIB * 2**20
+
+
+def check_upload_size(size: int | None) -> None:
+    """Refuse an upload by its declared size before any of it is read."""
+    if size is not None and size > max_upload_bytes():
+        raise ValidationError({"file": (
+            f"The file is {size / 2**20:.0f} MiB; uploads are limited to "
+            f"{settings.OGAI_DATASET_MAX_UPLOAD_MIB} MiB (OGAI_DATASET_MAX_UPLOAD_MIB).")})
+
+
+@transaction.atomic
+def dataset_create(*, actor, tenant: Tenant, name: str, kind: str = DatasetKind.TEXT,
+                   description: str = "") -> Dataset:
+    require_role(actor, tenant, WRITE_ROLES)
+    dataset = Dataset(tenant=tenant, name=name, kind=kind, description=description,
+                      created_by=actor)
+    dataset.full_clean(exclude=["tenant", "created_by"], validate_constraints=False)
+    if Dataset.objects.filter(tenant=tenant, name=name).exists():
+        raise ValidationError({"name": f"{tenant.name} already has a dataset {name!r}."})
+    dataset.save()
+    audit_record(actor=actor, action="dataset.create", obj=dataset, tenant=tenant,
+                 changes={"name": name, "kind": kind})
+    return dataset
+
+
+def _next_number(dataset: Dataset) -> int:
+    # The dataset row is locked by the caller, so two versions never get one number.
+    return (dataset.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+
+
+def _record(*, dataset: Dataset, folder: Path, fmt: str, documents: int, size: int,
+            content_hash: str, stats: dict, actor, parent: DatasetVersion | None = None,
+            pipeline_run: PipelineRun | None = None, tokens: int | None = None,
+            source: str = "", move: bool) -> DatasetVersion:
+    Dataset.objects.select_for_update().get(pk=dataset.pk)
+    number = _next_number(dataset)
+    if move:
+        final = storage.version_folder(tenant=dataset.tenant.name, dataset_id=dataset.pk,
+                                       dataset=dataset.name, number=number,
+                                       content_hash=content_hash)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        folder.rename(final)
+        folder = final
+    try:
+        return DatasetVersion.objects.create(
+            dataset=dataset, number=number, format=fmt, path=storage.relative(folder),
+            content_hash=content_hash, documents=documents, bytes=size, tokens=tokens,
+            stats=stats, parent=parent, pipeline_run=pipeline_run, source=source,
+            created_by=actor,
+        )
+    except IntegrityError:
+        if move:
+            storage.remove(folder)
+        raise
+
+
+def dataset_upload(*, actor, dataset: Dataset, upload) -> DatasetVersion:
+    """A new version from an uploaded file (a Django UploadedFile or File: `name`, `size`,
+    `chunks()`, `open()`), streamed to disk and checked on the way; nothing is kept when any
+    check fails."""
+    require_role(actor, dataset.tenant, WRITE_ROLES)
+    check_upload_size(upload.size)
+    name = Path(upload.name or "upload").name
+    folder = storage.staging_folder()
+    try:
+        stats = read_upload(
+            name=name, chunks=upload.chunks(), open_file=lambda: upload.open("rb"),
+            folder=folder, dataset_kind=dataset.kind, max_bytes=max_upload_bytes(),
+            max_files=settings.OGAI_DATASET_MAX_FILES,
+        )
+        files = storage.document_files(folder)
+        digest = storage.content_hash(files, folder)
+        with transaction.atomic():
+            version = _record(
+                dataset=dataset, folder=folder, fmt=VersionFormat.JSONL,
+                documents=stats.documents, size=stats.bytes, content_hash=digest,
+                stats=stats.summary(), actor=actor, source=name, move=True,
+            )
+            audit_record(actor=actor, action="dataset.upload", obj=version,
+                         tenant=dataset.tenant,
+                         changes={"file": name, "documents": stats.documents,
+                                  "bytes": stats.bytes})
+    except UploadError as error:
+        storage.remove(folder)
+        raise ValidationError({"file": str(error)}) from None
+    except BaseException:
+        storage.remove(folder)
+        raise
+    return version
+
+
+def dataset_version_from_run(*, run: PipelineRun, output: dict) -> DatasetVersion:
+    """Record a finished pipeline's output folder as the next version of its input's dataset.
+    Document outputs are scanned here (counts and hash the platform vouches for); token
+    outputs carry the runner's meta.json figures."""
+    folder = storage.absolute(run.folder) / "output"
+    if output.get("format") == VersionFormat.TOKENS:
+        fmt = VersionFormat.TOKENS
+        digest = storage.content_hash(storage.token_files(folder), folder)
+        meta = output.get("stats") or {}
+        documents, size = int(output.get("documents") or 0), int(output.get("bytes") or 0)
+        tokens = int(output.get("tokens") or 0)
+        stats = {key: meta[key] for key in ("seq_len", "eos_id", "vocab_size", "token_size")
+                 if key in meta}
+        stats["tokenizer"] = (run.tokenizer_run.name if run.tokenizer_run else "bytes")
+    else:
+        fmt, tokens = VersionFormat.JSONL, None
+        scanned, digest = storage.scan_documents(folder)
+        documents, size, stats = scanned.documents, scanned.bytes, scanned.summary()
+    return _record(
+        dataset=run.input_version.dataset, folder=folder, fmt=fmt, documents=documents,
+        size=size, content_hash=digest, stats=stats, actor=run.created_by,
+        parent=run.input_version, pipeline_run=run, tokens=tokens, move=False,
+    )

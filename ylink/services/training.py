@@ -1,0 +1,147 @@
+"""Training runs (tokenizer, pretraining, SFT, LoRA): the spec checked and sized against the
+GPUs asked for before anything starts, then one job; progress comes from the runner."""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Min
+
+from aistation.models import Queue
+from aistation.services.jobs import job_cancel
+from infra_os.access import require_role
+from infra_os.choices import WRITE_ROLES
+from infra_os.services.audit import audit_record
+from podsys.models import Node
+from ylink import storage
+from ylink.choices import FINAL_RUN_STATES, DatasetKind, TrainingKind, VersionFormat
+from ylink.models import DatasetVersion, TrainingRun
+from ylink.presets import FitError, SpecError, check_fits, validate_train_spec
+from ylink.services.launch import run_launch
+
+MAX_REPLICAS = 1024
+
+
+def _check_inputs(kind: str, version: DatasetVersion, base_run: TrainingRun | None,
+                  tenant_id: int) -> None:
+    if kind == TrainingKind.PRETRAIN and version.format != VersionFormat.TOKENS:
+        raise ValidationError({"dataset_version": (
+            f"Pretraining reads token shards; {version} holds documents. Run a pipeline "
+            "ending with a tokenize step first.")})
+    if kind != TrainingKind.PRETRAIN and version.format != VersionFormat.JSONL:
+        raise ValidationError({"dataset_version": f"A {kind} run reads documents; {version} "
+                               "holds token shards."})
+    if kind in (TrainingKind.SFT, TrainingKind.LORA):
+        if version.dataset.kind != DatasetKind.INSTRUCTION:
+            raise ValidationError({"dataset_version": (
+                f"Fine-tuning needs an instruction dataset (prompt and response); "
+                f"{version.dataset.name} is a text corpus.")})
+        if base_run is None:
+            raise ValidationError({"base_run": "Name the training run whose model to "
+                                   "fine-tune."})
+    if base_run is not None and (
+            base_run.tenant_id != tenant_id or base_run.artifact != "model"
+            or not base_run.succeeded):
+        raise ValidationError({"base_run": f"Training run {base_run.pk} has no finished model "
+                               "of this tenant."})
+
+
+def _gpu_memory_mib(queue: Queue, gpu_model: str) -> int:
+    nodes = Node.objects.filter(cluster=queue.cluster, gpus__gt=0)
+    if gpu_model:
+        nodes = nodes.filter(gpu_model=gpu_model)
+    return nodes.aggregate(least=Min("gpu_memory_mib"))["least"] or 0
+
+
+def build_spec(*, kind: str, version: DatasetVersion, base_run: TrainingRun | None,
+               output_dir: str, sections: dict) -> dict:
+    spec = {
+        "kind": kind,
+        "data": {"path": str(storage.absolute(version.path)), "format": version.format},
+        "output_dir": output_dir,
+        **{key: value for key, value in sections.items() if value is not None},
+    }
+    if base_run is not None:
+        spec["base_model_path"] = base_run.output_path
+    if kind == TrainingKind.PRETRAIN:
+        model = dict(spec.get("model") or {})
+        model.setdefault("vocab_size", version.stats.get("vocab_size"))
+        model.setdefault("context_length", version.stats.get("seq_len"))
+        spec["model"] = model
+    try:
+        return validate_train_spec(spec)
+    except SpecError as error:
+        raise ValidationError(error.errors) from None
+
+
+@transaction.atomic
+def training_run_start(*, actor, dataset_version: DatasetVersion, queue: Queue, kind: str,
+                       name: str = "", base_run: TrainingRun | None = None,
+                       model: dict | None = None, tokenizer: dict | None = None,
+                       lora: dict | None = None, training: dict | None = None,
+                       gpus: int = 0, gpu_model: str = "", replicas: int = 1, cpu: float = 1.0,
+                       memory_mib: int = 4096, max_restarts: int = 3) -> TrainingRun:
+    tenant = dataset_version.dataset.tenant
+    require_role(actor, tenant, WRITE_ROLES)
+    if kind not in TrainingKind.values:
+        raise ValidationError({"kind": f"Unknown kind {kind!r}; use one of "
+                               f"{', '.join(TrainingKind.values)}."})
+    if queue.tenant_id != tenant.pk:
+        raise ValidationError({"queue": f"Queue {queue.name} is not a queue of {tenant.name}."})
+    if not 1 <= replicas <= MAX_REPLICAS:
+        raise ValidationError({"replicas": f"Use 1 to {MAX_REPLICAS} replicas."})
+    if kind == TrainingKind.TOKENIZER and (replicas > 1 or gpus):
+        raise ValidationError({"resources.gpus" if gpus else "replicas":
+                               "A tokenizer trains in one process on CPUs."})
+    _check_inputs(kind, dataset_version, base_run, tenant.pk)
+    sections = {"model": model, "tokenizer": tokenizer, "lora": lora, "training": training}
+    # Validated once before the run exists (a bad spec leaves nothing behind), then again with
+    # the real output folder.
+    spec = build_spec(kind=kind, version=dataset_version, base_run=base_run,
+                      output_dir="/pending", sections=sections)
+    if kind != TrainingKind.TOKENIZER:
+        model_spec = spec.get("model") or (base_run.spec.get("model") if base_run else {})
+        train_spec = spec.get("training") or {}
+        lora_spec = spec.get("lora") or {}
+        try:
+            check_fits(
+                architecture=model_spec.get("architecture", "gpt2"),
+                preset=model_spec.get("preset") if base_run is None else None,
+                vocab_size=model_spec.get("vocab_size") or 0,
+                context_length=model_spec.get("context_length"),
+                kind=kind, gpus=gpus * replicas,
+                gpu_memory_mib=_gpu_memory_mib(queue, gpu_model) if gpus else None,
+                cpu_memory_mib=memory_mib,
+                distributed=train_spec.get("distributed", "auto"),
+                batch_size=train_spec.get("batch_size", 8),
+                precision=train_spec.get("precision", "auto"),
+                parameters=base_run.parameters if base_run else None,
+                lora_r=lora_spec.get("r", 8),
+                lora_target_modules=lora_spec.get("target_modules"),
+            )
+        except FitError as error:
+            raise ValidationError({error.field: error.message}) from None
+    run = TrainingRun.objects.create(
+        tenant=tenant, created_by=actor, name=name or f"{dataset_version.dataset.name}-{kind}",
+        kind=kind, dataset_version=dataset_version, base_run=base_run, spec={}, gpus=gpus,
+        replicas=replicas,
+    )
+    folder = storage.run_folder("training-runs", run.pk, run.created_at)
+    run.spec = build_spec(kind=kind, version=dataset_version, base_run=base_run,
+                          output_dir=str(folder / "output"), sections=sections)
+    run.total_steps = (run.spec.get("training") or {}).get("max_steps", 0)
+    run.save(update_fields=["spec", "total_steps"])
+    run_launch(actor=actor, run=run, kind="training-runs", module="ylink.runners.train",
+               spec=run.spec, queue=queue, replicas=replicas, gpus=gpus, gpu_model=gpu_model,
+               cpu=cpu, memory_mib=memory_mib, max_restarts=max_restarts)
+    audit_record(actor=actor, action="training_run.start", obj=run, tenant=tenant,
+                 changes={"kind": kind, "version": str(dataset_version), "gpus": gpus,
+                          "replicas": replicas})
+    return run
+
+
+@transaction.atomic
+def training_run_cancel(*, actor, run: TrainingRun) -> TrainingRun:
+    require_role(actor, run.tenant, WRITE_ROLES)
+    if run.state in FINAL_RUN_STATES or run.job is None:
+        raise ValidationError({"state": f"Training run {run.pk} already {run.state}."})
+    job_cancel(actor=actor, job=run.job)
+    return run
