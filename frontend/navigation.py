@@ -80,7 +80,14 @@ SECTIONS = (
         NavItem("Notebooks", "frontend:notebooks",
                 ("frontend:notebook", "frontend:notebook-start")),
     )),
-    NavSection("Toolchain", "L3", (NavItem("Toolchain", "frontend:toolchain"),)),
+    NavSection("Toolchain", "L3", (
+        NavItem("Datasets", "frontend:datasets",
+                ("frontend:dataset", "frontend:dataset-create", "frontend:dataset-upload")),
+        NavItem("Pipelines", "frontend:pipeline-runs",
+                ("frontend:pipeline-run", "frontend:pipeline-builder")),
+        NavItem("Training", "frontend:training-runs",
+                ("frontend:training-run", "frontend:training-run-start")),
+    )),
     NavSection("Models", "L4", (NavItem("Models", "frontend:models"),)),
 )
 

@@ -74,7 +74,8 @@ def test_navigation_lists_clusters_jobs_and_queues(signed_in, farm):
                 for section in response.context["nav_sections"]}
     assert sections["Clusters"] == [("Clusters", False)]
     assert sections["Jobs"] == [("Jobs", True), ("Queues", False), ("Notebooks", False)]
-    assert sections["Toolchain"] == [("Toolchain", False)]
+    assert sections["Toolchain"] == [("Datasets", False), ("Pipelines", False),
+                                     ("Training", False)]
 
 
 # Isolation ---------------------------------------------------------------------------------

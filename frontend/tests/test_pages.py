@@ -9,7 +9,7 @@ from tests.factories import AuditEventFactory, MembershipFactory
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 PAGES = ["dashboard", "tenants", "members", "quotas", "tokens", "audit", "clusters", "jobs",
-         "toolchain", "models"]
+         "datasets", "pipeline-runs", "training-runs", "models"]
 LIST_PAGES = ["tenants", "members", "quotas", "tokens", "audit"]
 ADMIN_PAGES = ["member-add", "tenant-create", "quota-edit"]
 

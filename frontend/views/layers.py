@@ -18,14 +18,6 @@ class LayerOverview:
 
 
 LAYERS = {
-    "toolchain": LayerOverview(
-        "L3", "ylink", "Toolchain",
-        "The toolchain turns raw text into trained models: datasets, pipelines that clean, "
-        "filter, deduplicate and tokenize them, and training recipes for pretraining, SFT and "
-        "LoRA. Each step runs as a job, so it is scheduled, logged and resumed like any other.",
-        "No datasets or training runs exist yet.",
-        "Datasets, pipelines and training runs appear here with their progress and loss curves.",
-    ),
     "models": LayerOverview(
         "L4", "mmodel", "Models",
         "The model registry keeps every model version with its lineage to data and jobs, its "
