@@ -4,7 +4,21 @@ notebooks, jobs and on laptops."""
 __version__ = "0.1.0"
 
 from ogai_client.client import OgaiClient, OgaiError
-from ogai_client.models import Job, JobLogs, Notebook, Queue, Quota, User
+from ogai_client.models import (
+    Checkpoint,
+    Dataset,
+    DatasetVersion,
+    Job,
+    JobLogs,
+    Notebook,
+    PipelineRun,
+    Queue,
+    Quota,
+    TrainingMetric,
+    TrainingRun,
+    User,
+)
 
-__all__ = ["Job", "JobLogs", "Notebook", "OgaiClient", "OgaiError", "Queue", "Quota", "User",
-           "__version__"]
+__all__ = ["Checkpoint", "Dataset", "DatasetVersion", "Job", "JobLogs", "Notebook",
+           "OgaiClient", "OgaiError", "PipelineRun", "Queue", "Quota", "TrainingMetric",
+           "TrainingRun", "User", "__version__"]

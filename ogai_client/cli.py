@@ -45,6 +45,8 @@ STATE_STYLES = {
     "failed": "bold red", "cancelled": "dim", "preempted": "magenta", "restarting": "yellow",
     # notebooks
     "waiting": "yellow", "starting": "cyan", "stopped": "dim",
+    # YLink runs: their job ended well, their result is being recorded
+    "finishing": "cyan",
 }
 DEFAULT_TAIL = 500
 
@@ -779,6 +781,11 @@ def build_parser() -> ArgumentParser:
                      "backlog, running jobs and GPUs of each queue, and tenant quotas")
     status.add_argument("--tenant", help="only this tenant")
     status.add_argument("--json", action="store_true", help="print the API's JSON")
+
+    # YLink (`dataset`, `pipeline`, `train`) lives in its own module, which builds on this one.
+    from ogai_client import ylink
+
+    ylink.add_commands(commands, command)
     return parser
 
 
@@ -792,8 +799,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(Text.assemble(("error: ", "bold red"), _one_line(message)), soft_wrap=True)
         return code
 
+    from ogai_client.ylink import train_argv
+
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(train_argv(list(sys.argv[1:] if argv is None else argv)))
     except UsageError as exc:
         return fail(f"{exc} (see `{exc.prog} --help`)", 2)
     except SystemExit as exc:  # --help and --version

@@ -18,21 +18,42 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import httpx
 
 from ogai_client import __version__
 from ogai_client.config import TOKEN_ENV, URL_ENV, load_config
-from ogai_client.models import Job, JobLogs, Notebook, Page, Queue, Quota, User
+from ogai_client.models import (
+    Checkpoint,
+    Dataset,
+    DatasetVersion,
+    Job,
+    JobLogs,
+    Notebook,
+    Page,
+    PipelineRun,
+    Queue,
+    Quota,
+    Sample,
+    TrainingMetric,
+    TrainingRun,
+    User,
+)
 from ogai_client.spec import SpecError, normalize_spec
 
 T = TypeVar("T")
+R = TypeVar("R", PipelineRun, TrainingRun)
 
 INFRA = "/api/v1/infra-os"
 AISTATION = "/api/v1/aistation"
+YLINK = "/api/v1/ylink"
 PAGE_SIZE = 200  # the API caps a page at 500
 DEFAULT_TOKEN_NAME = "ogai client"
+# The server checks an upload as it reads it and answers once it is stored: a large corpus
+# takes longer than an ordinary request.
+UPLOAD_READ_TIMEOUT_S = 900.0
 
 
 class OgaiError(Exception):
@@ -137,8 +158,11 @@ class OgaiClient:
         try:
             response = http.request(method, path, **kwargs)
         except httpx.TimeoutException:
+            limit = kwargs.get("timeout")
+            seconds = limit.read if isinstance(limit, httpx.Timeout) and limit.read \
+                else self.timeout
             raise OgaiError("timeout", f"{self.url} did not answer within "
-                            f"{self.timeout:g} s; try again or check the server") from None
+                            f"{seconds:g} s; try again or check the server") from None
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise OgaiError("unreachable", f"cannot connect to {self.url} ({reason}); check "
@@ -370,3 +394,234 @@ class OgaiClient:
 
     def quotas(self) -> list[Quota]:
         return self._all(f"{INFRA}/quotas/", {}, Quota.from_api, key=lambda q: q.id)
+
+    # -- YLink: datasets --------------------------------------------------------------------
+
+    def datasets(self, *, tenant: str | None = None, kind: str | None = None,
+                 search: str | None = None) -> list[Dataset]:
+        """Datasets of your tenants, every page."""
+        params = {name: value for name, value in
+                  (("tenant", tenant), ("kind", kind), ("q", search)) if value}
+        return self._all(f"{YLINK}/datasets/", params, Dataset.from_api, key=lambda d: d.id)
+
+    def dataset(self, dataset_id: int) -> Dataset:
+        return Dataset.from_api(self._request("GET", f"{YLINK}/datasets/{int(dataset_id)}/"))
+
+    def find_dataset(self, name: str, *, tenant: str | None = None) -> Dataset | None:
+        """The dataset called `name` (in `tenant`), or None. Raises when several of your
+        tenants have one of that name and no tenant is given."""
+        found = [d for d in self.datasets(tenant=tenant, search=name) if d.name == name]
+        if len(found) > 1:
+            tenants = ", ".join(sorted(d.tenant for d in found))
+            raise OgaiError("ambiguous", f"several of your tenants have a dataset {name!r} "
+                            f"({tenants}): name the tenant")
+        return found[0] if found else None
+
+    def create_dataset(self, name: str, *, kind: str = "text", description: str = "",
+                       tenant: str | None = None) -> Dataset:
+        """A new, empty dataset (`kind` "text", or "instruction" for prompt/response pairs);
+        upload files to add versions."""
+        body: dict[str, Any] = {"name": name, "kind": kind, "description": description}
+        if tenant:
+            body["tenant"] = tenant
+        return Dataset.from_api(self._request("POST", f"{YLINK}/datasets/", json=body))
+
+    def upload_dataset(self, dataset_id: int, path: str | os.PathLike,
+                       *, on_progress: Callable[[int, int], None] | None = None
+                       ) -> DatasetVersion:
+        """Upload a corpus file (.jsonl, .txt/.md, or a .zip of them) as the dataset's next
+        version. The file is streamed, never read whole into memory; `on_progress(sent,
+        total)` is called as its bytes go out."""
+        path = Path(path)
+        try:
+            stream = path.open("rb")
+        except OSError as exc:
+            raise OgaiError("bad_file", f"cannot read {path}: {exc.strerror or exc}") from None
+        with stream:
+            if not path.is_file():
+                raise OgaiError("bad_file", f"{path} is not a file")
+            reader = ProgressReader(stream, on_progress)
+            timeout = httpx.Timeout(self.timeout, read=max(self.timeout, UPLOAD_READ_TIMEOUT_S))
+            data = self._request(
+                "POST", f"{YLINK}/datasets/{int(dataset_id)}/upload/", timeout=timeout,
+                files={"file": (path.name, reader, "application/octet-stream")})
+        return DatasetVersion.from_api(data)
+
+    def dataset_versions(self, *, dataset: int | None = None,
+                         format: str | None = None) -> list[DatasetVersion]:
+        """Versions you can see (of one dataset, by its id), every page."""
+        params = {name: value for name, value in (("dataset", dataset), ("format", format))
+                  if value is not None}
+        return self._all(f"{YLINK}/dataset-versions/", params, DatasetVersion.from_api,
+                         key=lambda v: v.id)
+
+    def dataset_version(self, version_id: int) -> DatasetVersion:
+        return DatasetVersion.from_api(
+            self._request("GET", f"{YLINK}/dataset-versions/{int(version_id)}/"))
+
+    def dataset_samples(self, version_id: int, *, offset: int = 0,
+                        limit: int = 10) -> Page[Sample]:
+        """Documents `offset` to `offset + limit` of a version (the server allows at most
+        100 a page); `count` is the version's number of documents."""
+        data = self._request("GET", f"{YLINK}/dataset-versions/{int(version_id)}/samples/",
+                             params={"offset": offset, "limit": limit})
+        return Page(count=data.get("count", 0), offset=data.get("offset", offset),
+                    results=[Sample.from_api(item) for item in data.get("results") or []])
+
+    # -- YLink: pipelines -------------------------------------------------------------------
+
+    def pipeline_steps(self) -> list[dict]:
+        """The step catalogue: each step type, its description, and its parameters with type,
+        default and range."""
+        data = self._request("GET", f"{YLINK}/pipeline-steps/")
+        if not isinstance(data, list):
+            raise OgaiError("bad_response", "the server answered no step catalogue; is this "
+                            "OGAI?")
+        return data
+
+    def start_pipeline(self, spec: dict) -> PipelineRun:
+        """Start a data pipeline (see POST /api/v1/ylink/pipeline-runs/): `dataset_version`
+        (an id) or `dataset` (a name, with `version` for an older one), `steps` (a step may be
+        just its type name), `replicas`, `queue`, `resources` (`memory` may be "4Gi")."""
+        body = run_body(spec)
+        if isinstance(body.get("steps"), list):
+            body["steps"] = [{"type": step} if isinstance(step, str) else step
+                             for step in body["steps"]]
+        return PipelineRun.from_api(self._request("POST", f"{YLINK}/pipeline-runs/", json=body))
+
+    def pipeline_runs(self, *, tenant: str | None = None,
+                      dataset: int | None = None) -> list[PipelineRun]:
+        """Pipeline runs you can see, newest first, every page."""
+        params = {name: value for name, value in (("tenant", tenant), ("dataset", dataset))
+                  if value}
+        return self._all(f"{YLINK}/pipeline-runs/", params, PipelineRun.from_api,
+                         key=lambda run: run.id)
+
+    def pipeline_run(self, run_id: int) -> PipelineRun:
+        return PipelineRun.from_api(self._request("GET", f"{YLINK}/pipeline-runs/{int(run_id)}/"))
+
+    def cancel_pipeline_run(self, run_id: int) -> PipelineRun:
+        return PipelineRun.from_api(
+            self._request("POST", f"{YLINK}/pipeline-runs/{int(run_id)}/cancel/"))
+
+    def wait_pipeline_run(self, run_id: int, *, poll_s: float = 2.0,
+                          timeout_s: float | None = None) -> PipelineRun:
+        """Poll until the run ends (succeeded, failed or cancelled) and return it."""
+        return self._wait(lambda: self.pipeline_run(run_id), f"pipeline run {run_id}",
+                          poll_s, timeout_s)
+
+    # -- YLink: training --------------------------------------------------------------------
+
+    def start_training(self, spec: dict) -> TrainingRun:
+        """Start a training run (see POST /api/v1/ylink/training-runs/): `kind` (tokenizer,
+        pretrain, sft, lora), the dataset version as for a pipeline, `model`, `tokenizer`,
+        `lora`, `training`, `base_run`, `replicas`, `resources` (`memory` may be "16Gi")."""
+        return TrainingRun.from_api(
+            self._request("POST", f"{YLINK}/training-runs/", json=run_body(spec)))
+
+    def training_runs(self, *, tenant: str | None = None, kind: str | None = None,
+                      succeeded: bool | None = None,
+                      search: str | None = None) -> list[TrainingRun]:
+        """Training runs you can see, newest first, every page."""
+        params: dict[str, Any] = {name: value for name, value in
+                                  (("tenant", tenant), ("kind", kind), ("q", search)) if value}
+        if succeeded is not None:
+            params["succeeded"] = "true" if succeeded else "false"
+        return self._all(f"{YLINK}/training-runs/", params, TrainingRun.from_api,
+                         key=lambda run: run.id)
+
+    def training_run(self, run_id: int) -> TrainingRun:
+        return TrainingRun.from_api(self._request("GET", f"{YLINK}/training-runs/{int(run_id)}/"))
+
+    def training_metrics(self, run_id: int, *, after_step: int | None = None
+                         ) -> list[TrainingMetric]:
+        """The run's logged metrics in step order (only steps after `after_step`)."""
+        params = {} if after_step is None else {"after_step": after_step}
+        data = self._request("GET", f"{YLINK}/training-runs/{int(run_id)}/metrics/",
+                             params=params)
+        return [TrainingMetric.from_api(item) for item in _rows(data)]
+
+    def training_checkpoints(self, run_id: int) -> list[Checkpoint]:
+        """The run's checkpoints, newest first."""
+        data = self._request("GET", f"{YLINK}/training-runs/{int(run_id)}/checkpoints/")
+        return [Checkpoint.from_api(item) for item in _rows(data)]
+
+    def cancel_training_run(self, run_id: int) -> TrainingRun:
+        return TrainingRun.from_api(
+            self._request("POST", f"{YLINK}/training-runs/{int(run_id)}/cancel/"))
+
+    def wait_training_run(self, run_id: int, *, poll_s: float = 5.0,
+                          timeout_s: float | None = None) -> TrainingRun:
+        """Poll until the run ends (succeeded, failed or cancelled) and return it."""
+        return self._wait(lambda: self.training_run(run_id), f"training run {run_id}",
+                          poll_s, timeout_s)
+
+    def _wait(self, fetch: Callable[[], R], what: str, poll_s: float,
+              timeout_s: float | None) -> R:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            run = fetch()
+            if run.is_final:
+                return run
+            if deadline is not None and time.monotonic() >= deadline:
+                raise OgaiError("timeout", f"{what} is still {run.state} after "
+                                f"{timeout_s:g} s")
+            time.sleep(poll_s)
+
+
+def _rows(data: Any) -> list[dict]:
+    """An unpaginated list (or, should the server ever page it, a page's results)."""
+    if isinstance(data, dict):
+        data = data.get("results")
+    return [item for item in data or [] if isinstance(item, dict)]
+
+
+def run_body(spec: dict) -> dict:
+    """A copy of a pipeline or training spec with `resources.memory` ("16Gi") converted to
+    `resources.memory_mib`."""
+    try:
+        body = normalize_spec(spec)
+    except SpecError as exc:
+        raise OgaiError("invalid", str(exc)) from None
+    # The API takes one or the other (a version's id, or a dataset's name and number).
+    if body.get("dataset_version") is not None and (body.get("dataset") is not None
+                                                    or body.get("version") is not None):
+        raise OgaiError("invalid", "dataset_version: give dataset_version (a version's id) or "
+                        "dataset (a name, with version for an older one), not both",
+                        {"dataset_version": ["give dataset_version or dataset, not both"]})
+    return body
+
+
+class ProgressReader:
+    """A binary file that tells `on_progress(sent, total)` how far it has been read: httpx
+    streams a multipart body from the file 64 KiB at a time, so bytes read are bytes sent."""
+
+    def __init__(self, stream: IO[bytes],
+                 on_progress: Callable[[int, int], None] | None = None) -> None:
+        self._stream = stream
+        self._on_progress = on_progress
+        self.total = os.fstat(stream.fileno()).st_size
+        self.sent = 0
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self._stream, "name", "upload"))
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._stream.read(size)
+        self.sent += len(chunk)
+        if self._on_progress is not None:
+            self._on_progress(self.sent, self.total)
+        return chunk
+
+    def fileno(self) -> int:
+        # httpx sizes the body by it, so the request has a Content-Length.
+        return self._stream.fileno()
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        position = self._stream.seek(offset, whence)
+        self.sent = position
+        return position
+
+    def tell(self) -> int:
+        return self._stream.tell()

@@ -294,3 +294,283 @@ class Page(Generic[T]):
     @property
     def has_more(self) -> bool:
         return self.offset + len(self.results) < self.count
+
+
+# -- YLink: datasets, pipelines, training -------------------------------------------------------
+
+RUN_FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else default
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A named corpus of a tenant; `versions` counts its versions, `latest_version` is the
+    newest one's number (None before the first upload)."""
+
+    id: int
+    name: str
+    tenant: str = ""
+    kind: str = "text"
+    description: str = ""
+    versions: int = 0
+    latest_version: int | None = None
+    created_by: str = ""
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Dataset:
+        return cls(
+            id=data["id"], name=data.get("name", ""), tenant=data.get("tenant") or "",
+            kind=data.get("kind") or "text", description=data.get("description") or "",
+            versions=_int(data.get("versions")), latest_version=data.get("latest_version"),
+            created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class DatasetVersion:
+    """One immutable state of a dataset. `format`: "jsonl" (documents) or "tokens" (token
+    shards); `parent` and `pipeline_run` are its lineage (None for an upload)."""
+
+    id: int
+    dataset: str
+    number: int
+    format: str = "jsonl"
+    dataset_id: int | None = None
+    tenant: str = ""
+    content_hash: str = ""
+    documents: int = 0
+    bytes: int = 0
+    tokens: int | None = None
+    stats: dict = field(default_factory=dict)
+    parent: int | None = None
+    pipeline_run: int | None = None
+    source: str = ""
+    created_by: str = ""
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        """"corpus v2"."""
+        return f"{self.dataset} v{self.number}"
+
+    @property
+    def length_histogram(self) -> list[dict]:
+        """[{"from", "to", "documents"}] of document lengths in characters."""
+        return list(self.stats.get("length_histogram") or [])
+
+    @classmethod
+    def from_api(cls, data: dict) -> DatasetVersion:
+        return cls(
+            id=data["id"], dataset=data.get("dataset") or "", number=_int(data.get("number")),
+            format=data.get("format") or "jsonl", dataset_id=data.get("dataset_id"),
+            tenant=data.get("tenant") or "", content_hash=data.get("content_hash") or "",
+            documents=_int(data.get("documents")), bytes=_int(data.get("bytes")),
+            tokens=data.get("tokens"), stats=dict(data.get("stats") or {}),
+            parent=data.get("parent"), pipeline_run=data.get("pipeline_run"),
+            source=data.get("source") or "", created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One document of a version: `text` is cut at the server's limit when `truncated`."""
+
+    index: int
+    id: str
+    text: str
+    chars: int = 0
+    truncated: bool = False
+    metadata: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Sample:
+        text = data.get("text") or ""
+        return cls(index=_int(data.get("index")), id=str(data.get("id", "")), text=text,
+                   chars=_int(data.get("chars"), len(text)),
+                   truncated=bool(data.get("truncated")),
+                   metadata=dict(data.get("metadata") or {}))
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One pipeline step's figures, merged over the replicas: documents and bytes in and out,
+    drops by reason, a few samples of what it dropped or changed."""
+
+    index: int
+    type: str
+    docs_in: int = 0
+    docs_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)
+    seconds: float | None = None
+
+    @classmethod
+    def from_api(cls, data: dict) -> StepResult:
+        return cls(
+            index=_int(data.get("index")), type=data.get("type") or "",
+            docs_in=_int(data.get("docs_in")), docs_out=_int(data.get("docs_out")),
+            bytes_in=_int(data.get("bytes_in")), bytes_out=_int(data.get("bytes_out")),
+            dropped={str(k): _int(v) for k, v in (data.get("dropped") or {}).items()},
+            samples=list(data.get("samples") or []), seconds=_float(data.get("seconds")),
+        )
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """A data pipeline run. `state`: queued, running, restarting, finishing, succeeded,
+    failed or cancelled; `reason`: what its job waits for or why it ended; `message`: why it
+    failed, in the runner's words."""
+
+    id: int
+    name: str
+    state: str
+    tenant: str = ""
+    reason: str = ""
+    message: str = ""
+    input_version: DatasetVersion | None = None
+    output_version: DatasetVersion | None = None
+    steps: list[dict] = field(default_factory=list)
+    replicas: int = 1
+    tokenizer_run: int | None = None
+    step_results: list[StepResult] = field(default_factory=list)
+    job: int | None = None
+    created_by: str = ""
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in RUN_FINAL_STATES
+
+    @classmethod
+    def from_api(cls, data: dict) -> PipelineRun:
+        def version(value: Any) -> DatasetVersion | None:
+            return DatasetVersion.from_api(value) if isinstance(value, dict) else None
+
+        return cls(
+            id=data["id"], name=data.get("name", ""), state=data.get("state", ""),
+            tenant=data.get("tenant") or "", reason=data.get("reason") or "",
+            message=data.get("message") or "",
+            input_version=version(data.get("input_version")),
+            output_version=version(data.get("output_version")),
+            steps=list(data.get("steps") or []), replicas=_int(data.get("replicas"), 1),
+            tokenizer_run=data.get("tokenizer_run"),
+            step_results=[StepResult.from_api(r) for r in data.get("step_results") or []],
+            job=data.get("job"), created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")),
+            finished_at=parse_time(data.get("finished_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """A tokenizer, pretraining or fine-tuning run (`kind`: tokenizer, pretrain, sft, lora).
+    Progress (`step` of `total_steps`, `tokens`, `tokens_per_s`, `eta_s`, `loss`, `lr`) is
+    what the runner last reported; `artifact` ("tokenizer", "model" or "adapter") and
+    `output_path` are set once it succeeded."""
+
+    id: int
+    name: str
+    kind: str
+    state: str
+    tenant: str = ""
+    reason: str = ""
+    message: str = ""
+    dataset_version: DatasetVersion | None = None
+    base_run: int | None = None
+    spec: dict = field(default_factory=dict)
+    gpus: int = 0
+    replicas: int = 1
+    step: int = 0
+    total_steps: int = 0
+    tokens: int = 0
+    tokens_per_s: float | None = None
+    eta_s: float | None = None
+    loss: float | None = None
+    lr: float | None = None
+    resumed_from_step: int | None = None
+    progress_at: datetime | None = None
+    artifact: str = ""
+    output_path: str = ""
+    parameters: int | None = None
+    job: int | None = None
+    created_by: str = ""
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in RUN_FINAL_STATES
+
+    @classmethod
+    def from_api(cls, data: dict) -> TrainingRun:
+        version = data.get("dataset_version")
+        return cls(
+            id=data["id"], name=data.get("name", ""), kind=data.get("kind") or "",
+            state=data.get("state", ""), tenant=data.get("tenant") or "",
+            reason=data.get("reason") or "", message=data.get("message") or "",
+            dataset_version=DatasetVersion.from_api(version) if isinstance(version, dict)
+            else None,
+            base_run=data.get("base_run"), spec=dict(data.get("spec") or {}),
+            gpus=_int(data.get("gpus")), replicas=_int(data.get("replicas"), 1),
+            step=_int(data.get("step")), total_steps=_int(data.get("total_steps")),
+            tokens=_int(data.get("tokens")), tokens_per_s=_float(data.get("tokens_per_s")),
+            eta_s=_float(data.get("eta_s")), loss=_float(data.get("loss")),
+            lr=_float(data.get("lr")), resumed_from_step=data.get("resumed_from_step"),
+            progress_at=parse_time(data.get("progress_at")),
+            artifact=data.get("artifact") or "", output_path=data.get("output_path") or "",
+            parameters=data.get("parameters"), job=data.get("job"),
+            created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")),
+            finished_at=parse_time(data.get("finished_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class TrainingMetric:
+    step: int
+    loss: float | None = None
+    lr: float | None = None
+    tokens: int = 0
+    tokens_per_s: float | None = None
+    grad_norm: float | None = None
+    reported_at: datetime | None = None
+
+    @classmethod
+    def from_api(cls, data: dict) -> TrainingMetric:
+        return cls(step=_int(data.get("step")), loss=_float(data.get("loss")),
+                   lr=_float(data.get("lr")), tokens=_int(data.get("tokens")),
+                   tokens_per_s=_float(data.get("tokens_per_s")),
+                   grad_norm=_float(data.get("grad_norm")),
+                   reported_at=parse_time(data.get("reported_at")))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    path: str = ""
+    bytes: int = 0
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_api(cls, data: dict) -> Checkpoint:
+        return cls(step=_int(data.get("step")), path=data.get("path") or "",
+                   bytes=_int(data.get("bytes")), created_at=parse_time(data.get("created_at")))

@@ -62,7 +62,14 @@ def normalize_spec(spec: dict) -> dict:
 
 
 def parse_spec(text: str, *, source: str = "spec") -> dict:
-    """A spec from YAML or JSON text (JSON is YAML, but its errors read better as JSON)."""
+    """A job spec from YAML or JSON text."""
+    return normalize_spec(load_mapping(text, source=source, what="job",
+                                       hint="name, command, resources, …"))
+
+
+def load_mapping(text: str, *, source: str, what: str, hint: str) -> dict:
+    """A mapping of fields from YAML or JSON text (JSON is YAML, but its errors read better as
+    JSON); `what` and `hint` name the kind of spec and its fields in the errors."""
     stripped = text.lstrip()
     try:
         data = json.loads(text) if stripped.startswith("{") else yaml.safe_load(text)
@@ -75,8 +82,8 @@ def parse_spec(text: str, *, source: str = "spec") -> dict:
         problem = getattr(exc, "problem", None) or "cannot parse"
         raise SpecError(f"{source}: not valid YAML: {problem}{where}") from None
     if data is None:
-        raise SpecError(f"{source} is empty; write a job spec (name, command, resources, …)")
+        raise SpecError(f"{source} is empty; write a {what} spec ({hint})")
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: the spec must be a mapping of fields (name, command, …), "
-                        f"not a {type(data).__name__}")
-    return normalize_spec(data)
+        raise SpecError(f"{source}: a {what} spec must be a mapping of fields ({hint}), not "
+                        f"a {type(data).__name__}")
+    return data
