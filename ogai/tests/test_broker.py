@@ -22,7 +22,8 @@ def test_a_message_appears_only_once_it_is_complete(tmp_path, monkeypatch):
     monkeypatch.setattr(broker, "dumps", dumps)
     monkeypatch.setattr(filesystem, "dumps", dumps)  # kombu's own channel, for comparison
     options = {"data_folder_in": str(folder), "data_folder_out": str(folder),
-               "processed_folder": str(tmp_path / "done"), "store_processed": False}
+               "processed_folder": str(tmp_path / "done"), "store_processed": False,
+               "control_folder": str(tmp_path / "control")}
     with Connection("filesystem://", transport=broker.Transport,
                     transport_options=options) as connection:
         queue = connection.SimpleQueue("work")
