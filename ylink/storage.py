@@ -88,7 +88,8 @@ class DocumentStats:
 
 
 def document_files(folder: Path) -> list[Path]:
-    return sorted(folder.rglob("*.jsonl"))
+    # Links are never followed: a version's files are its own.
+    return sorted(p for p in folder.rglob("*.jsonl") if not p.is_symlink() and p.is_file())
 
 
 def content_hash(files: list[Path], root: Path) -> str:
@@ -116,7 +117,7 @@ def scan_documents(folder: Path) -> tuple[DocumentStats, str]:
 
 
 def token_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file())
+    return sorted(p for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
 
 
 def iter_documents(folder: Path, fmt: str) -> Iterator[dict]:

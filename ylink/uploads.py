@@ -99,15 +99,20 @@ def _fields(obj, where: str, dataset_kind: str) -> dict:
 
 
 def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    pending = b""
+    pending = bytearray()
     for chunk in chunks:
-        pending += chunk
-        if len(pending) > MAX_LINE_BYTES and b"\n" not in pending:
-            raise UploadError("A line is longer than 64 MiB.")
-        *lines, pending = pending.split(b"\n")
+        if b"\n" not in chunk:
+            pending += chunk  # amortised: a long line costs its length, not its square
+            if len(pending) > MAX_LINE_BYTES:
+                raise UploadError("A line is longer than 64 MiB.")
+            continue
+        first, *lines, rest = chunk.split(b"\n")
+        pending += first
+        yield bytes(pending)
         yield from lines
+        pending = bytearray(rest)
     if pending:
-        yield pending
+        yield bytes(pending)
 
 
 def _read_jsonl(name: str, chunks: Iterable[bytes], writer: _Writer) -> None:

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
-from aistation.models import Job, Queue
+from aistation.models import Job, JobToken, Queue
 from aistation.services.transitions import job_transition
 from aistation.triggers import request_cancel, request_cycle
 from infra_os.access import require_role
@@ -133,6 +133,10 @@ def job_rerun(*, actor, job: Job) -> Job:
     """Submit a finished job again, with the same spec, as a new job."""
     if job.state not in FINAL_STATES:
         raise ValidationError({"state": f"Job {job.pk} is {job.state}; rerun it once it ends."})
+    if JobToken.objects.filter(job=job).exists():
+        # Its runner's token and its run's files belong to that run alone.
+        raise ValidationError({"state": f"Job {job.pk} ran a toolchain step; start a new "
+                               "pipeline or training run instead."})
     return job_submit(
         actor=actor, tenant=job.tenant, queue=job.queue, name=job.name, command=job.command,
         env=job.env, image=job.image, gpus_per_replica=job.gpus_per_replica,

@@ -79,7 +79,7 @@ class DatasetVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Sc
     @action(detail=True, methods=["get"])
     def samples(self, request, pk=None):
         version = self.get_object()
-        offset = _int_param(request, "offset", 0, 0, 10**12)
+        offset = _int_param(request, "offset", 0, 0, max(version.documents - 1, 0))
         limit = _int_param(request, "limit", 10, 1, MAX_SAMPLES)
         results = storage.read_samples(storage.absolute(version.path), version.format,
                                        offset=offset, limit=limit)

@@ -211,7 +211,26 @@ _SPACE_RUNS = re.compile(r"[ \t\f\v\u00a0]+")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
 
-class NormalizeFormatter(BaseFormatter):
+INSTRUCTION_KEYS = ("prompt", "response")
+
+
+class InstructionFormatter(BaseFormatter):
+    """A formatter that also rewrites an instruction dataset's prompt and response (what
+    fine-tuning trains on), not only the text they are joined into."""
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1
+            ) -> DocumentsPipeline:
+        def with_instructions(docs: DocumentsPipeline) -> DocumentsPipeline:
+            for doc in docs:
+                for key in INSTRUCTION_KEYS:
+                    if isinstance(doc.metadata.get(key), str):
+                        doc.metadata[key] = self.format(doc.metadata[key])
+                yield doc
+
+        yield from super().run(with_instructions(data), rank, world_size)
+
+
+class NormalizeFormatter(InstructionFormatter):
     name = "🧹 Normalize"
 
     def __init__(self, unicode_form: str = "NFC", fix_encoding: bool = False,
@@ -260,7 +279,7 @@ class StableReplacer(PIIReplacer):
         return self.regex.sub(pick, text)
 
 
-class PIIScrubber(PIIFormatter):
+class PIIScrubber(InstructionFormatter, PIIFormatter):
     """datatrove's email and IP replacement (placeholders chosen per address), plus phone
     numbers."""
 

@@ -1,10 +1,11 @@
 """Datasets and their versions: creating, uploading, recording a pipeline's output."""
 
+import json
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Max
 
 from infra_os.access import require_role
@@ -50,29 +51,30 @@ def _next_number(dataset: Dataset) -> int:
 
 
 def _record(*, dataset: Dataset, folder: Path, fmt: str, documents: int, size: int,
-            content_hash: str, stats: dict, actor, parent: DatasetVersion | None = None,
-            pipeline_run: PipelineRun | None = None, tokens: int | None = None,
-            source: str = "", move: bool) -> DatasetVersion:
+            content_hash: str, stats: dict, actor, action: str, changes: dict,
+            parent: DatasetVersion | None = None, pipeline_run: PipelineRun | None = None,
+            tokens: int | None = None, source: str = "") -> DatasetVersion:
+    """The next version of the dataset, its audit event, then its files moved from `folder`
+    to the version's own folder: the move comes last, so a failure before it leaves no
+    version folder behind (the caller removes `folder`). Called inside a transaction."""
     Dataset.objects.select_for_update().get(pk=dataset.pk)
     number = _next_number(dataset)
-    if move:
-        final = storage.version_folder(tenant=dataset.tenant.name, dataset_id=dataset.pk,
-                                       dataset=dataset.name, number=number,
-                                       content_hash=content_hash)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        folder.rename(final)
-        folder = final
-    try:
-        return DatasetVersion.objects.create(
-            dataset=dataset, number=number, format=fmt, path=storage.relative(folder),
-            content_hash=content_hash, documents=documents, bytes=size, tokens=tokens,
-            stats=stats, parent=parent, pipeline_run=pipeline_run, source=source,
-            created_by=actor,
-        )
-    except IntegrityError:
-        if move:
-            storage.remove(folder)
-        raise
+    final = storage.version_folder(tenant=dataset.tenant.name, dataset_id=dataset.pk,
+                                   dataset=dataset.name, number=number,
+                                   content_hash=content_hash)
+    version = DatasetVersion.objects.create(
+        dataset=dataset, number=number, format=fmt, path=storage.relative(final),
+        content_hash=content_hash, documents=documents, bytes=size, tokens=tokens,
+        stats=stats, parent=parent, pipeline_run=pipeline_run, source=source,
+        created_by=actor,
+    )
+    audit_record(actor=actor, action=action, obj=version, tenant=dataset.tenant,
+                 changes=changes)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    # A folder left there by a crash between an earlier move and its commit is no version.
+    storage.remove(final)
+    folder.rename(final)
+    return version
 
 
 def dataset_upload(*, actor, dataset: Dataset, upload) -> DatasetVersion:
@@ -95,12 +97,9 @@ def dataset_upload(*, actor, dataset: Dataset, upload) -> DatasetVersion:
             version = _record(
                 dataset=dataset, folder=folder, fmt=VersionFormat.JSONL,
                 documents=stats.documents, size=stats.bytes, content_hash=digest,
-                stats=stats.summary(), actor=actor, source=name, move=True,
+                stats=stats.summary(), actor=actor, source=name, action="dataset.upload",
+                changes={"file": name, "documents": stats.documents, "bytes": stats.bytes},
             )
-            audit_record(actor=actor, action="dataset.upload", obj=version,
-                         tenant=dataset.tenant,
-                         changes={"file": name, "documents": stats.documents,
-                                  "bytes": stats.bytes})
     except UploadError as error:
         storage.remove(folder)
         raise ValidationError({"file": str(error)}) from None
@@ -111,16 +110,17 @@ def dataset_upload(*, actor, dataset: Dataset, upload) -> DatasetVersion:
 
 
 def dataset_version_from_run(*, run: PipelineRun, output: dict) -> DatasetVersion:
-    """Record a finished pipeline's output folder as the next version of its input's dataset.
+    """Record a finished pipeline's output folder as the next version of its input's dataset,
+    moved beside the dataset's other versions (so nothing of the run touches it again).
     Document outputs are scanned here (counts and hash the platform vouches for); token
-    outputs carry the runner's meta.json figures."""
+    outputs are described by their meta.json."""
     folder = storage.absolute(run.folder) / "output"
     if output.get("format") == VersionFormat.TOKENS:
         fmt = VersionFormat.TOKENS
         digest = storage.content_hash(storage.token_files(folder), folder)
-        meta = output.get("stats") or {}
-        documents, size = int(output.get("documents") or 0), int(output.get("bytes") or 0)
-        tokens = int(output.get("tokens") or 0)
+        meta = json.loads((folder / "meta.json").read_text())
+        documents, tokens = int(meta.get("documents") or 0), int(meta.get("tokens") or 0)
+        size = sum(path.stat().st_size for path in storage.token_files(folder))
         stats = {key: meta[key] for key in ("seq_len", "eos_id", "vocab_size", "token_size")
                  if key in meta}
         stats["tokenizer"] = (run.tokenizer_run.name if run.tokenizer_run else "bytes")
@@ -131,5 +131,7 @@ def dataset_version_from_run(*, run: PipelineRun, output: dict) -> DatasetVersio
     return _record(
         dataset=run.input_version.dataset, folder=folder, fmt=fmt, documents=documents,
         size=size, content_hash=digest, stats=stats, actor=run.created_by,
-        parent=run.input_version, pipeline_run=run, tokens=tokens, move=False,
+        parent=run.input_version, pipeline_run=run, tokens=tokens,
+        action="dataset.pipeline_output",
+        changes={"pipeline_run": run.pk, "documents": documents},
     )

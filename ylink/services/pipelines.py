@@ -3,8 +3,9 @@ report (a new dataset version with lineage to its input)."""
 
 from pathlib import Path
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.http import Http404
 from django.utils import timezone
 
 from aistation.models import Queue
@@ -109,8 +110,21 @@ def pipeline_run_finish(*, run: PipelineRun, output: dict) -> None:
     audit_record(actor=None, action="pipeline_run.finish", obj=run, tenant=run.tenant,
                  changes={"version": str(version), "documents": version.documents})
     if run.then_train and run.job is not None:
-        from ylink.services.training import training_run_start
+        _start_chained_training(run, version, run.job.queue, run.then_train)
 
-        training_run_start(actor=run.created_by, dataset_version=version, queue=run.job.queue,
-                           **run.then_train)
+
+def _start_chained_training(run: PipelineRun, version: DatasetVersion, queue: Queue,
+                            then_train: dict) -> None:
+    """Start the training chained to the run. Its refusal (the user's role changed, the queue
+    closed) is told on the run and loses nothing of the pipeline's result."""
+    from ylink.services.training import training_run_start
+
+    try:
+        with transaction.atomic():
+            training_run_start(actor=run.created_by, dataset_version=version, queue=queue,
+                               **then_train)
+    except (ValidationError, PermissionDenied, Http404) as error:
+        reason = "; ".join(getattr(error, "messages", None) or [str(error)])
+        run.message = f"The chained training did not start: {reason}"
+        run.save(update_fields=["message", "updated_at"])
 

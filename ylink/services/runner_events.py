@@ -12,6 +12,7 @@ from django.utils.dateparse import parse_datetime
 
 from aistation.models import Job
 from infra_os.services.audit import audit_record
+from ylink import storage
 from ylink.models import Checkpoint, PipelineRun, TrainingMetric, TrainingRun
 from ylink.services.pipelines import pipeline_run_finish, pipeline_run_record_steps
 
@@ -69,7 +70,8 @@ def _training_event(run: TrainingRun, kind: str, data: dict, at: datetime) -> se
         run.succeeded = True
         run.finished_at = at
         run.artifact = str(output.get("artifact", ""))[:16]
-        run.output_path = str(output.get("path", ""))[:500]
+        # Where the platform told the runner to write, whatever the report says.
+        run.output_path = str(storage.absolute(run.folder) / "output")
         run.parameters = output.get("parameters")
         if output.get("steps") is not None:
             run.step = int(output["steps"])

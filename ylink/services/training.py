@@ -88,6 +88,10 @@ def training_run_start(*, actor, dataset_version: DatasetVersion, queue: Queue, 
         raise ValidationError({"queue": f"Queue {queue.name} is not a queue of {tenant.name}."})
     if not 1 <= replicas <= MAX_REPLICAS:
         raise ValidationError({"replicas": f"Use 1 to {MAX_REPLICAS} replicas."})
+    if gpus > 1:
+        raise ValidationError({"resources.gpus": (
+            f"Each replica is one training process on one GPU: ask for replicas: {gpus * replicas} "
+            "with gpus: 1 (they become DDP or FSDP ranks).")})
     if kind == TrainingKind.TOKENIZER and (replicas > 1 or gpus):
         raise ValidationError({"resources.gpus" if gpus else "replicas":
                                "A tokenizer trains in one process on CPUs."})

@@ -296,3 +296,13 @@ def test_phone_email_and_ip_scrubbing():
     assert other.format("ann@corp.example.com 8.8.8.8") == first
     public_only = PIIScrubber(only_public_ips=True)
     assert "192.168.1.20" in public_only.format("host 192.168.1.20 and 8.8.8.8")
+
+
+def test_pii_scrubbing_reaches_the_prompt_and_response_fine_tunes_train_on():
+    from datatrove.data import Document
+
+    doc = Document(text="Mail ann@example.org\nCall +1 415 555 0100", id="1",
+                   metadata={"prompt": "Mail ann@example.org", "response": "Call +1 415 555 0100"})
+    [scrubbed] = PIIScrubber().run(iter([doc]))
+    for text in (scrubbed.text, scrubbed.metadata["prompt"], scrubbed.metadata["response"]):
+        assert "ann@example.org" not in text and "555 0100" not in text

@@ -129,7 +129,7 @@ def test_an_upload_over_the_limit_is_refused_before_it_is_read(api, world, setti
     settings.OGAI_DATASET_MAX_UPLOAD_MIB = 1
     dataset_id = _dataset(api, world)
     response = _upload(api, dataset_id, "big.jsonl", jsonl("y" * (2 * 2**20)))
-    assert response.status_code == 400
+    assert response.status_code == 413
     assert "limited to 1 MiB" in response.json()["fields"]["file"][0]
     assert _left_behind() == []
 

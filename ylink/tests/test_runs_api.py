@@ -196,6 +196,8 @@ def test_reports_are_applied_once_however_often_they_arrive(api, farm, make_vers
     body = client.get(f"{TRAINING}{run.pk}/").json()
     assert (body["state"], body["artifact"], body["parameters"], body["step"]) == \
         ("succeeded", "model", 500000, 30)
+    # The result is where the platform told the runner to write, whatever the report said.
+    assert body["output_path"] == str(storage.absolute(run.folder) / "output")
 
 
 def test_a_finished_pipeline_adds_a_version_with_lineage_and_chains_its_training(
@@ -258,3 +260,48 @@ def test_lists_pin_their_query_counts(api, farm, make_version, django_assert_max
     with django_assert_max_num_queries(6):
         response = client.get(f"/api/v1/ylink/{path}")
     assert response.status_code == 200 and response.json()["count"] >= 4
+
+
+def test_a_chained_training_that_cannot_start_keeps_the_pipelines_result(
+        api, farm, make_version):
+    from infra_os.choices import Role
+    from infra_os.models import Membership
+    from ylink.services.pipelines import pipeline_run_start
+
+    member = farm.world.alpha_member
+    run = pipeline_run_start(actor=member, version=make_version(), queue=farm.queues["alpha"],
+                             steps=[{"type": "normalize"}],
+                             then_train={"kind": "tokenizer", "name": "after"})
+    output = storage.absolute(run.folder) / "output"
+    output.mkdir(parents=True)
+    (output / "00000.jsonl").write_bytes(jsonl("kept"))
+    # Its starter lost the right to start work while it ran.
+    Membership.objects.filter(user=member, tenant=farm.world.alpha).update(role=Role.VIEWER)
+    member = type(member).objects.get(pk=member.pk)
+    runner_events_apply(job=run.job, events=[
+        {"kind": "done", "data": {"output": {"format": "jsonl"}}}])
+    run.refresh_from_db()
+    assert run.state == "succeeded" and run.output_version.documents == 1
+    assert run.message.startswith("The chained training did not start")
+    assert not TrainingRun.objects.exists()
+    # The version's files live with the dataset now, not in the run's folder.
+    assert not output.exists()
+    assert storage.absolute(run.output_version.path).is_dir()
+
+
+def test_toolchain_jobs_are_not_rerun_as_plain_jobs(api, farm, make_version):
+    client = api.as_user(farm.world.alpha_member)
+    run = _start_pipeline(client, make_version()).json()
+    client.post(f"{RUNS}{run['id']}/cancel/")
+    response = client.post(f"/api/v1/aistation/jobs/{run['job']}/rerun/")
+    assert response.status_code == 400
+    assert "toolchain" in json.dumps(response.json())
+
+
+def test_training_takes_one_gpu_per_replica(api, farm, make_version, tmp_path):
+    version = _token_version(make_version, tmp_path)
+    response = api.as_user(farm.world.alpha_member).post(TRAINING, {
+        "dataset_version": version.pk, "kind": "pretrain", "model": {"preset": "tiny"},
+        "resources": {"gpus": 4}}, format="json")
+    assert response.status_code == 400
+    assert "replicas: 4" in response.json()["fields"]["resources.gpus"][0]
