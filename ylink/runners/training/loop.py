@@ -262,6 +262,10 @@ class Loop:
         )
         rng = rt.gather_objects(_rng_state())
         if rt.is_main:
+            # Every step up to this checkpoint reaches the platform before the checkpoint
+            # exists: a resumed attempt starts after it and never reports those steps again.
+            # An unreachable platform delays this by the timeout, then gets them later.
+            self.reporter.flush(timeout=CHECKPOINT_FLUSH_S)
             scheduler_state = self.scheduler.state_dict()
 
             def write(directory: Path) -> None:
@@ -277,6 +281,9 @@ class Loop:
             self.reporter.send("checkpoint", step=st.step, path=str(path.resolve()), bytes=size)
         self._last_saved = st.step
         rt.barrier()
+
+
+CHECKPOINT_FLUSH_S = 5.0
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
