@@ -44,11 +44,17 @@ def _check_inputs(kind: str, version: DatasetVersion, base_run: TrainingRun | No
                                "of this tenant."})
 
 
-def _gpu_memory_mib(queue: Queue, gpu_model: str) -> int:
+def _gpu_memory_mib(queue: Queue, gpu_model: str) -> int | None:
+    """The smallest GPU memory among the nodes that could run the job; None when the cluster
+    does not say. A cluster without such GPUs is refused here, in those words."""
     nodes = Node.objects.filter(cluster=queue.cluster, gpus__gt=0)
     if gpu_model:
         nodes = nodes.filter(gpu_model=gpu_model)
-    return nodes.aggregate(least=Min("gpu_memory_mib"))["least"] or 0
+    if not nodes.exists():
+        model = f"{gpu_model} " if gpu_model else ""
+        raise ValidationError({"resources.gpus": f"No node of cluster {queue.cluster.name} has "
+                               f"{model}GPUs."})
+    return nodes.aggregate(least=Min("gpu_memory_mib"))["least"] or None
 
 
 def build_spec(*, kind: str, version: DatasetVersion, base_run: TrainingRun | None,

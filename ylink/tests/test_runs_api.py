@@ -305,3 +305,21 @@ def test_training_takes_one_gpu_per_replica(api, farm, make_version, tmp_path):
         "resources": {"gpus": 4}}, format="json")
     assert response.status_code == 400
     assert "replicas: 4" in response.json()["fields"]["resources.gpus"][0]
+
+
+def test_gpus_on_a_cluster_without_them_are_refused_in_those_words(api, world, make_version,
+                                                                   tmp_path):
+    from aistation.services.queues import queue_create
+    from podsys.models import Cluster
+    from podsys.services.clusters import cluster_sync_nodes
+
+    cluster = Cluster.objects.create(name="cpus", driver="fake",
+                                     options={"nodes": 1, "gpus_per_node": 0})
+    cluster_sync_nodes(cluster=cluster)
+    queue_create(actor=world.operator, tenant=world.alpha, name="cpu", cluster=cluster)
+    version = _token_version(make_version, tmp_path)
+    response = api.as_user(world.alpha_member).post(TRAINING, {
+        "dataset_version": version.pk, "kind": "pretrain", "queue": "cpu",
+        "model": {"preset": "7b"}, "resources": {"gpus": 1}}, format="json")
+    assert response.status_code == 400
+    assert response.json()["fields"]["resources.gpus"] == ["No node of cluster cpus has GPUs."]
