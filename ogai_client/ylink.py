@@ -484,22 +484,29 @@ def _print_output(ctx: Context, run: PipelineRun) -> None:
                                 f"{_size(version.bytes)}{tokens}"))
 
 
-def cmd_pipeline_run(args: argparse.Namespace, ctx: Context) -> int:
-    spec = read_run_spec(args.spec, what="pipeline",
-                         hint="dataset or dataset_version, steps, replicas, …")
-    spec = _apply_overrides(spec, args)
+def _start_run(args: argparse.Namespace, ctx: Context, *, what: str, hint: str, start,
+               summary, follow) -> int:
+    """Start a pipeline or training run from a spec file; follow it with -f."""
+    spec = _apply_overrides(read_run_spec(args.spec, what=what, hint=hint), args)
     client = ctx.client()
-    run = client.start_pipeline(spec)
+    run = start(client, spec)
     if args.quiet:
         ctx.out.print(str(run.id))
     else:
-        ctx.out.print(Text.assemble("pipeline run ", (str(run.id), "bold"),
-                                    f" started: {_pipeline_summary(run)}, job {run.job}, ",
+        ctx.out.print(Text.assemble(f"{what} run ", (str(run.id), "bold"),
+                                    f" started: {summary(run)}, job {run.job}, ",
                                     _state(run.state),
                                     f" ({run.reason})" if run.reason else ""))
     if not args.follow:
         return 0
-    return _follow_pipeline(ctx, client, run.id, interval=args.interval)
+    return follow(ctx, client, run.id, interval=args.interval)
+
+
+def cmd_pipeline_run(args: argparse.Namespace, ctx: Context) -> int:
+    return _start_run(args, ctx, what="pipeline",
+                      hint="dataset or dataset_version, steps, replicas, …",
+                      start=OgaiClient.start_pipeline, summary=_pipeline_summary,
+                      follow=_follow_pipeline)
 
 
 def _follow_pipeline(ctx: Context, client: OgaiClient, run_id: int, *,
@@ -636,21 +643,10 @@ def _result_line(run: TrainingRun) -> Text:
 
 
 def cmd_train_run(args: argparse.Namespace, ctx: Context) -> int:
-    spec = read_run_spec(args.spec, what="training",
-                         hint="kind, dataset or dataset_version, model, training, …")
-    spec = _apply_overrides(spec, args)
-    client = ctx.client()
-    run = client.start_training(spec)
-    if args.quiet:
-        ctx.out.print(str(run.id))
-    else:
-        ctx.out.print(Text.assemble("training run ", (str(run.id), "bold"),
-                                    f" started: {_training_summary(run)}, job {run.job}, ",
-                                    _state(run.state),
-                                    f" ({run.reason})" if run.reason else ""))
-    if not args.follow:
-        return 0
-    return _follow_training(ctx, client, run.id, interval=args.interval)
+    return _start_run(args, ctx, what="training",
+                      hint="kind, dataset or dataset_version, model, training, …",
+                      start=OgaiClient.start_training, summary=_training_summary,
+                      follow=_follow_training)
 
 
 def _follow_training(ctx: Context, client: OgaiClient, run_id: int, *,
