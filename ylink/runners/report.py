@@ -35,6 +35,7 @@ class Reporter:
         token: str | None = None,
         *,
         enabled: bool = True,
+        path: str = EVENTS_PATH,
         batch_size: int = 200,
         interval: float = 1.0,
         initial_backoff: float = 1.0,
@@ -44,7 +45,8 @@ class Reporter:
         stdout: TextIO | None = None,
     ):
         self.enabled = enabled
-        self.url = url.rstrip("/") + EVENTS_PATH if (url and token and enabled) else None
+        # Each layer's runners report to their own endpoint (`path`).
+        self.url = url.rstrip("/") + path if (url and token and enabled) else None
         self.token = token
         self.batch_size = batch_size
         self.interval = interval

@@ -15,6 +15,7 @@ from infra_os.services.audit import audit_record
 from ylink import storage
 from ylink.models import Checkpoint, PipelineRun, TrainingMetric, TrainingRun
 from ylink.services.pipelines import pipeline_run_finish, pipeline_run_record_steps
+from ylink.signals import training_run_succeeded
 
 
 def _at(event: dict) -> datetime:
@@ -116,4 +117,7 @@ def runner_events_apply(*, job: Job, events: list[dict]) -> int:
             _pipeline_event(pipeline, kind, data)
     if training is not None and changed:
         training.save(update_fields=[*sorted(changed), "updated_at"])
+        if "succeeded" in changed:
+            run = training
+            transaction.on_commit(lambda: training_run_succeeded.send(TrainingRun, run=run))
     return len(events)

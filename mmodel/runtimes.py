@@ -1,0 +1,165 @@
+"""The model server each runtime runs for one replica, by the kind of cluster it runs on.
+
+On the local driver a replica is a process of this machine: `transformers serve` from the
+platform's own environment (its interpreter, `-m transformers.cli.transformers`, so no console
+script has to be on PATH), `vllm serve` only from the environment an operator names in
+OGAI_VLLM_COMMAND (vLLM cannot be installed beside the platform's CPU torch). Anywhere else the
+replica is a container: the vLLM image, or an image with transformers[serving]
+(OGAI_TRANSFORMERS_IMAGE), each answering on SERVER_PORT.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from mmodel.choices import Runtime
+
+SERVER_PORT = 8000  # inside a container
+# transformers' continuous batching stores the KV cache in pages of this many tokens (its
+# default), one page per layer in each block.
+PAGE_TOKENS = 256
+# On CPU the KV cache is sized from the replica's memory (by default transformers sizes it from
+# the whole machine's RAM): this share of it, within these bounds.
+KV_SHARE_OF_MEMORY = 0.25
+MIN_BLOCKS, MAX_BLOCKS, DEFAULT_BLOCKS = 4, 1024, 64
+CPU_BATCH_TOKENS = 1024
+GPU_KV_MEMORY_PERCENT = 0.8
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What a replica's job runs: `command` with `env` (in `image` where the cluster runs
+    images), answering on `port` under the model name `served_model`."""
+
+    command: list[str]
+    port: int
+    served_model: str
+    image: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServeTarget:
+    """What to serve: a folder of weights, and a LoRA adapter folder on top of it for runtimes
+    that apply adapters themselves (vLLM)."""
+
+    folder: Path
+    adapter: Path | None = None
+
+
+def runs_locally(cluster_driver: str) -> bool:
+    """The local driver runs the command in this machine's environment; every other driver
+    (Kubernetes, and the fake one, which stands for a cluster) runs it in an image."""
+    return cluster_driver == "local"
+
+
+def check_runtime(runtime: str, cluster_driver: str) -> None:
+    """Refuse, in words, a runtime that cannot run on this kind of cluster."""
+    if runtime == Runtime.VLLM:
+        if runs_locally(cluster_driver) and not settings.OGAI_VLLM_COMMAND:
+            raise ValidationError({"runtime": (
+                "vLLM is not installed here: set OGAI_VLLM_COMMAND to the vllm executable of "
+                "its own environment, or use the transformers runtime")})
+        if not runs_locally(cluster_driver) and not settings.OGAI_VLLM_IMAGE:
+            raise ValidationError({"runtime": "No vLLM image is configured: set "
+                                   "OGAI_VLLM_IMAGE, or use the transformers runtime."})
+    elif runtime == Runtime.TRANSFORMERS:
+        if cluster_driver == "kubernetes" and not settings.OGAI_TRANSFORMERS_IMAGE:
+            raise ValidationError({"runtime": (
+                "No image for the transformers runtime is configured: set "
+                "OGAI_TRANSFORMERS_IMAGE to an image with transformers[serving], or use vLLM")})
+    else:
+        raise ValidationError({"runtime": f"Unknown runtime {runtime!r}."})
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name: str,
+                gpus: int, cpu: float, memory_mib: int) -> ServerSpec:
+    """The server of one replica. `name` is the deployment's name (the model name vLLM is told
+    to answer to); a local replica gets a free port of this machine."""
+    check_runtime(runtime, cluster_driver)
+    local = runs_locally(cluster_driver)
+    port = free_port() if local else SERVER_PORT
+    host = "127.0.0.1" if local else "0.0.0.0"  # noqa: S104 - a pod answers its Service
+    threads = str(max(1, math.ceil(cpu)))
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+           "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           # A CUDA image shows every GPU of the node unless told otherwise.
+           **({} if gpus else {"CUDA_VISIBLE_DEVICES": ""})}
+    if runtime == Runtime.VLLM:
+        return _vllm(target, name=name, host=host, port=port, gpus=gpus, local=local, env=env)
+    if target.adapter is not None:
+        raise ValueError("transformers serves adapters merged into their base (mmodel.merge)")
+    command = [*(["transformers"] if not local else
+                 [sys.executable, "-m", "transformers.cli.transformers"]),
+               "serve", str(target.folder), "--host", host, "--port", str(port),
+               "--device", "cuda" if gpus else "cpu", "--continuous-batching",
+               *_kv_cache_args(target.folder, gpus=gpus, memory_mib=memory_mib),
+               "--log-level", "warning"]
+    # transformers serve names the model by the path it was given.
+    return ServerSpec(command=command, port=port, served_model=str(target.folder),
+                      image="" if local else settings.OGAI_TRANSFORMERS_IMAGE, env=env)
+
+
+def _vllm(target: ServeTarget, *, name: str, host: str, port: int, gpus: int, local: bool,
+          env: dict[str, str]) -> ServerSpec:
+    program = shlex.split(settings.OGAI_VLLM_COMMAND) if local else ["vllm"]
+    # With an adapter the base answers under another name and the adapter under the
+    # deployment's: requests name the adapter.
+    base_name = f"{name}-base" if target.adapter is not None else name
+    command = [*program, "serve", str(target.folder), "--host", host, "--port", str(port),
+               "--served-model-name", base_name]
+    if gpus > 1:
+        command += ["--tensor-parallel-size", str(gpus)]
+    if target.adapter is not None:
+        command += ["--enable-lora", "--lora-modules", f"{name}={target.adapter}"]
+    return ServerSpec(command=command, port=port, served_model=name,
+                      image="" if local else settings.OGAI_VLLM_IMAGE, env=env)
+
+
+def _kv_cache_args(folder: Path, *, gpus: int, memory_mib: int) -> list[str]:
+    """Always bounded: on a GPU a share of its memory (the replica's own GPUs); on CPU a number
+    of blocks that fits a share of the replica's memory, from the model's shape."""
+    if gpus:
+        return ["--cb-max-memory-percent", str(GPU_KV_MEMORY_PERCENT)]
+    block_bytes = kv_block_bytes(folder)
+    if block_bytes is None:
+        blocks = DEFAULT_BLOCKS
+    else:
+        budget = memory_mib * 2**20 * KV_SHARE_OF_MEMORY
+        blocks = max(MIN_BLOCKS, min(MAX_BLOCKS, int(budget // block_bytes)))
+    return ["--cb-num-blocks", str(blocks), "--cb-max-batch-tokens", str(CPU_BATCH_TOKENS)]
+
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+def kv_block_bytes(folder: Path) -> int | None:
+    """Bytes of one KV-cache block (keys and values of PAGE_TOKENS tokens in every layer), from
+    config.json; None when the config does not say."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        config = config.get("text_config", config)
+        layers = int(config["num_hidden_layers"])
+        heads = int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, AttributeError):
+        return None
+    dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+    return 2 * layers * kv_heads * head_dim * PAGE_TOKENS * DTYPE_BYTES.get(dtype, 4)

@@ -1,0 +1,1 @@
+"""MModel's reads, by area (`mmodel.selectors.registry`, …), always scoped to the caller."""

@@ -1,0 +1,53 @@
+"""Reads of MModel's deployments, scoped to the caller's tenants."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Prefetch, QuerySet
+
+from infra_os.access import scope_to_user
+from infra_os.models import Tenant
+from mmodel.choices import DeploymentState
+from mmodel.gateway.stats import percentile
+from mmodel.models import Deployment, DeploymentReplica, DeploymentStat
+
+
+def deployments_for(user, tenant: Tenant | None = None) -> QuerySet[Deployment]:
+    """With their replicas and the replicas' jobs (for `deployment_state`) in one query more."""
+    queryset = scope_to_user(
+        Deployment.objects.select_related("tenant", "version__model", "queue", "created_by")
+        .prefetch_related(Prefetch("replica_set", queryset=DeploymentReplica.objects
+                                   .select_related("job").order_by("index"))),
+        user)
+    return queryset.filter(tenant=tenant) if tenant is not None else queryset
+
+
+def deployment_state(deployment: Deployment) -> DeploymentState:
+    """stopped (by a user), scaled_to_zero (idle), failed (a replica the platform gave up on),
+    ready (every replica), degraded (some), starting (none yet)."""
+    if not deployment.active:
+        return DeploymentState.STOPPED
+    if deployment.scaled_to_zero:
+        return DeploymentState.SCALED_TO_ZERO
+    replicas = list(deployment.replica_set.all())
+    if any(replica.failed for replica in replicas):
+        return DeploymentState.FAILED
+    ready = sum(1 for replica in replicas if replica.ready)
+    if replicas and ready == len(replicas):
+        return DeploymentState.READY
+    return DeploymentState.DEGRADED if ready else DeploymentState.STARTING
+
+
+def deployment_stats(deployment: Deployment, since: datetime) -> list[dict]:
+    """Per-minute rows since `since`, oldest first: requests, errors, tokens, mean latency and
+    its p50/p99 read off the gateway's histogram."""
+    rows = DeploymentStat.objects.filter(deployment=deployment, minute__gte=since) \
+        .order_by("minute")
+    return [{
+        "minute": row.minute, "requests": row.requests, "errors": row.errors,
+        "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+        "latency_ms_mean": row.latency_ms_sum / row.requests if row.requests else None,
+        "latency_ms_p50": percentile(row.latency_buckets, 0.5) if row.requests else None,
+        "latency_ms_p99": percentile(row.latency_buckets, 0.99) if row.requests else None,
+    } for row in rows]

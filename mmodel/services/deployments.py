@@ -1,0 +1,358 @@
+"""Deployments: a model version answering at the gateway, each replica a service job of the
+deployment's queue (so it waits for quota and holds GPUs like any job, and a killed replica is
+restarted alone by AIStation). The watch task (`mmodel.services.deployment_watch`) reads each
+replica's health, replaces jobs that ended for good, and scales idle deployments to zero; the
+gateway wakes them (`deployment_wake`).
+
+The platform acts on its own (replacing a job, scaling to zero, waking) as the deployment's
+creator while they may still start work in its tenant, as a notebook's session is its owner's.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from aistation.choices import FINAL_STATES
+from aistation.models import Job, Queue
+from aistation.services.jobs import job_cancel, job_submit
+from infra_os.access import is_platform_admin, require_role, role_in
+from infra_os.choices import WRITE_ROLES
+from infra_os.models import Tenant
+from infra_os.services.audit import audit_record
+from mmodel.choices import Runtime, VersionStatus
+from mmodel.models import Deployment, DeploymentReplica, ModelVersion
+from mmodel.models.registry import model_name
+from mmodel.runtimes import ServeTarget, check_runtime, server_spec
+from mmodel.services.adapters import (
+    FAILED,
+    is_adapter,
+    merge_state,
+    merged_folder,
+)
+from mmodel.storage import artifact_folder
+
+MAX_REPLICAS = 16
+# Restarts AIStation makes of one replica's job (same job, new attempt) before it fails; and
+# new jobs the watch task submits for a replica that has not been ready since, before it gives
+# up.
+REPLICA_MAX_RESTARTS = 3
+MAX_RESUBMITS = 3
+MIN_IDLE_TIMEOUT_S, MAX_IDLE_TIMEOUT_S = 60, 7 * 24 * 3600
+MERGING = "merging the LoRA adapter into its base model before the first start"
+
+
+class NoActor(Exception):
+    """Nobody may start the deployment's jobs on its behalf now; the message says why."""
+
+
+# -- checks ----------------------------------------------------------------------------------------
+
+
+def _check_version(version: ModelVersion, tenant: Tenant) -> None:
+    if version.model.tenant_id != tenant.pk:
+        raise ValidationError({"version": f"No model version {version.pk} in {tenant.name}."})
+    if version.status != VersionStatus.READY:
+        raise ValidationError({"version": f"{version.label} is {version.status}: deploy it "
+                               "once it is ready."})
+    if is_adapter(version):
+        base = version.base_version
+        if base is None or base.status != VersionStatus.READY:
+            raise ValidationError({"version": f"{version.label} is a LoRA adapter whose base "
+                                   "model version is missing or not ready."})
+
+
+def _check_replicas(replicas: int) -> None:
+    if not 1 <= replicas <= MAX_REPLICAS:
+        raise ValidationError({"replicas": f"Use 1 to {MAX_REPLICAS} replicas."})
+
+
+def _check_capacity(queue: Queue, *, replicas: int, gpus: int) -> None:
+    """All replicas together must fit the cluster (each job checks only its own replica)."""
+    total = (queue.cluster.capacity or {}).get("all", {}).get("gpus")
+    if gpus and total is not None and gpus * replicas > total:
+        raise ValidationError({"replicas": f"{replicas} replicas of {gpus} GPUs need "
+                               f"{gpus * replicas} GPUs; cluster {queue.cluster.name} has "
+                               f"{total}."})
+
+
+def _check_resources(*, gpus: int, cpu: float, memory_mib: int, idle_timeout_s: int) -> None:
+    if gpus < 0:
+        raise ValidationError({"gpus_per_replica": "Use 0 or more GPUs."})
+    if not cpu > 0:
+        raise ValidationError({"cpu_per_replica": "Use more than 0 CPU cores."})
+    if memory_mib < 1:
+        raise ValidationError({"memory_mib_per_replica": "Use at least 1 MiB."})
+    if idle_timeout_s and not MIN_IDLE_TIMEOUT_S <= idle_timeout_s <= MAX_IDLE_TIMEOUT_S:
+        raise ValidationError({"idle_timeout_s": f"Use 0 (never scale to zero) or "
+                               f"{MIN_IDLE_TIMEOUT_S} s to a week."})
+
+
+# -- replicas and their jobs -----------------------------------------------------------------------
+
+
+def serve_target(deployment: Deployment) -> tuple[ServeTarget | None, str]:
+    """What the replicas serve, or (None, why not yet) while an adapter is being merged (or
+    its merge failed)."""
+    version = deployment.version
+    if not is_adapter(version):
+        return ServeTarget(artifact_folder(version)), ""
+    assert version.base_version is not None  # checked when deployed
+    if deployment.runtime == Runtime.VLLM:
+        return ServeTarget(artifact_folder(version.base_version),
+                           adapter=artifact_folder(version)), ""
+    done, failure = merge_state(version)
+    if done:
+        return ServeTarget(merged_folder(version)), ""
+    return None, failure or MERGING
+
+
+def _request_merge(version: ModelVersion) -> None:
+    """Merge in a task, after commit; a failed merge is tried again."""
+    failed = merged_folder(version)
+    failed.with_name(failed.name + FAILED).unlink(missing_ok=True)
+
+    def enqueue() -> None:
+        from mmodel.tasks.deployments import merge_adapter
+
+        merge_adapter.delay(version_id=version.pk)
+
+    transaction.on_commit(enqueue)
+
+
+def _needs_merge(deployment: Deployment) -> bool:
+    return (is_adapter(deployment.version) and deployment.runtime == Runtime.TRANSFORMERS
+            and not merge_state(deployment.version)[0])
+
+
+def _may_act(user, tenant_id: int) -> bool:
+    return user is not None and user.is_active and (
+        is_platform_admin(user) or role_in(user, tenant_id) in WRITE_ROLES)
+
+
+def platform_actor(deployment: Deployment):
+    """Who the platform acts as for this deployment: its creator, else whoever last started
+    one of its replicas, while they may still start work in its tenant."""
+    creator = deployment.created_by
+    if _may_act(creator, deployment.tenant_id):
+        return creator
+    starters = Job.objects.filter(deployment_replica__deployment=deployment) \
+        .exclude(owner=None).select_related("owner").order_by("-pk")
+    for job in starters:
+        if _may_act(job.owner, deployment.tenant_id):
+            return job.owner
+    who = creator.get_username() if creator is not None else "its creator"
+    raise NoActor(f"{who} can no longer start work in {deployment.tenant.name}: a member "
+                  "must start the deployment again")
+
+
+def replica_submit(actor, deployment: Deployment, replica: DeploymentReplica,
+                   reason: str) -> Job | None:
+    """A new service job for the replica (none while its adapter is merging: the message says
+    so, and the watch task submits it once merged)."""
+    target, why = serve_target(deployment)
+    replica.ready, replica.ready_since, replica.upstream, replica.workload_id = False, None, "", ""
+    if target is None:
+        replica.message = why
+        replica.save()
+        return None
+    spec = server_spec(runtime=deployment.runtime, cluster_driver=deployment.queue.cluster.driver,
+                       target=target, name=deployment.name,
+                       gpus=deployment.gpus_per_replica, cpu=deployment.cpu_per_replica,
+                       memory_mib=deployment.memory_mib_per_replica)
+    job = job_submit(
+        actor=actor, tenant=deployment.tenant, queue=deployment.queue,
+        name=f"deployment {deployment.name[:70]} replica {replica.index}",
+        command=spec.command, env=spec.env, image=spec.image,
+        gpus_per_replica=deployment.gpus_per_replica, gpu_model=deployment.gpu_model,
+        cpu_per_replica=deployment.cpu_per_replica,
+        memory_mib_per_replica=deployment.memory_mib_per_replica,
+        max_restarts=REPLICA_MAX_RESTARTS, service=True, ports=[spec.port],
+    )
+    replica.job, replica.served_model, replica.message = job, spec.served_model, reason
+    replica.save()
+    return job
+
+
+def replica_stop(actor, replica: DeploymentReplica, message: str) -> None:
+    """Cancel the replica's job if it still runs or waits; it is no longer ready."""
+    job = replica.job
+    if job is not None and job.state not in FINAL_STATES:
+        job_cancel(actor=actor, job=job)
+    replica.ready, replica.ready_since, replica.upstream, replica.workload_id = False, None, "", ""
+    replica.message = message
+    replica.save()
+
+
+def _locked(deployment: Deployment) -> Deployment:
+    return Deployment.objects.select_for_update(of=("self",)).select_related(
+        "tenant", "queue__cluster", "version__model", "version__base_version", "created_by",
+    ).get(pk=deployment.pk)
+
+
+def _replicas(deployment: Deployment) -> list[DeploymentReplica]:
+    return list(deployment.replica_set.select_related("job").order_by("index"))
+
+
+# -- what users do -----------------------------------------------------------------------------
+
+
+@transaction.atomic
+def deployment_create(*, actor, tenant: Tenant, name: str, version: ModelVersion, queue: Queue,
+                      runtime: str = Runtime.TRANSFORMERS, replicas: int = 1,
+                      gpus_per_replica: int = 0, gpu_model: str = "",
+                      cpu_per_replica: float = 2.0, memory_mib_per_replica: int = 4096,
+                      idle_timeout_s: int = 0) -> Deployment:
+    """Deploy `version` under the model name `name`: one service job per replica."""
+    require_role(actor, tenant, WRITE_ROLES)
+    try:
+        model_name(name)
+    except ValidationError as exc:
+        raise ValidationError({"name": exc.messages}) from None
+    if Deployment.objects.filter(tenant=tenant, name=name).exists():
+        raise ValidationError({"name": f"{tenant.name} already has a deployment {name!r}."})
+    _check_version(version, tenant)
+    if queue.tenant_id != tenant.pk or not queue.is_active:
+        raise ValidationError({"queue": f"No active queue {queue.name!r} in {tenant.name}."})
+    _check_replicas(replicas)
+    _check_resources(gpus=gpus_per_replica, cpu=cpu_per_replica,
+                     memory_mib=memory_mib_per_replica, idle_timeout_s=idle_timeout_s)
+    check_runtime(runtime, queue.cluster.driver)
+    _check_capacity(queue, replicas=replicas, gpus=gpus_per_replica)
+    deployment = Deployment.objects.create(
+        tenant=tenant, name=name, version=version, queue=queue, runtime=runtime,
+        replicas=replicas, gpus_per_replica=gpus_per_replica,
+        gpu_model=gpu_model if gpus_per_replica else "", cpu_per_replica=cpu_per_replica,
+        memory_mib_per_replica=memory_mib_per_replica, idle_timeout_s=idle_timeout_s,
+        created_by=actor)
+    if _needs_merge(deployment):
+        _request_merge(version)
+    for index in range(replicas):
+        replica = DeploymentReplica.objects.create(deployment=deployment, index=index)
+        replica_submit(actor, deployment, replica, f"started by {actor.get_username()}")
+    audit_record(actor=actor, action="deployment.create", obj=deployment, tenant=tenant,
+                 changes={"version": version.label, "runtime": runtime, "replicas": replicas,
+                          "gpus_per_replica": gpus_per_replica, "queue": queue.name})
+    return deployment
+
+
+@transaction.atomic
+def deployment_scale(*, actor, deployment: Deployment, replicas: int) -> Deployment:
+    """Add replicas (started now, unless the deployment is stopped or scaled to zero) or remove
+    the highest-numbered ones (their jobs cancelled)."""
+    require_role(actor, deployment.tenant, WRITE_ROLES)
+    deployment = _locked(deployment)
+    _check_replicas(replicas)
+    _check_capacity(deployment.queue, replicas=replicas, gpus=deployment.gpus_per_replica)
+    before = deployment.replicas
+    running = deployment.active and not deployment.scaled_to_zero
+    current = _replicas(deployment)
+    for replica in current[replicas:]:
+        replica_stop(actor, replica, "removed")
+        replica.delete()
+    for index in range(len(current), replicas):
+        replica = DeploymentReplica.objects.create(deployment=deployment, index=index)
+        if running:
+            replica_submit(actor, deployment, replica, f"added by {actor.get_username()}")
+    deployment.replicas = replicas
+    deployment.save(update_fields=["replicas", "updated_at"])
+    audit_record(actor=actor, action="deployment.scale", obj=deployment,
+                 tenant=deployment.tenant, changes={"replicas": [before, replicas]})
+    return deployment
+
+
+@transaction.atomic
+def deployment_stop(*, actor, deployment: Deployment) -> Deployment:
+    """Cancel every replica's job (their GPUs are freed); the deployment stays, stopped."""
+    require_role(actor, deployment.tenant, WRITE_ROLES)
+    deployment = _locked(deployment)
+    if not deployment.active:
+        raise ValidationError({"state": f"Deployment {deployment.name} is already stopped."})
+    for replica in _replicas(deployment):
+        replica_stop(actor, replica, f"stopped by {actor.get_username()}")
+    deployment.active, deployment.scaled_to_zero = False, False
+    deployment.save(update_fields=["active", "scaled_to_zero", "updated_at"])
+    audit_record(actor=actor, action="deployment.stop", obj=deployment, tenant=deployment.tenant)
+    return deployment
+
+
+@transaction.atomic
+def deployment_start(*, actor, deployment: Deployment) -> Deployment:
+    """Start a stopped deployment, or restart the replicas of a failed one."""
+    require_role(actor, deployment.tenant, WRITE_ROLES)
+    deployment = _locked(deployment)
+    replicas = _replicas(deployment)
+    if deployment.active and not any(replica.failed for replica in replicas):
+        state = "scaled to zero (the next request starts it)" if deployment.scaled_to_zero \
+            else "running"
+        raise ValidationError({"state": f"Deployment {deployment.name} is {state}."})
+    _check_version(deployment.version, deployment.tenant)
+    check_runtime(deployment.runtime, deployment.queue.cluster.driver)
+    if _needs_merge(deployment):
+        _request_merge(deployment.version)
+    for replica in replicas:  # a degraded deployment's live replicas go on as they are
+        if replica.job is None or replica.job.state in FINAL_STATES:
+            replica.failed, replica.resubmits = False, 0
+            replica_submit(actor, deployment, replica, f"started by {actor.get_username()}")
+    deployment.active, deployment.scaled_to_zero = True, False
+    deployment.save(update_fields=["active", "scaled_to_zero", "updated_at"])
+    audit_record(actor=actor, action="deployment.start", obj=deployment,
+                 tenant=deployment.tenant)
+    return deployment
+
+
+@transaction.atomic
+def deployment_delete(*, actor, deployment: Deployment) -> None:
+    """Stop it (its replicas' jobs cancelled) and delete it; the jobs stay in the history."""
+    require_role(actor, deployment.tenant, WRITE_ROLES)
+    deployment = _locked(deployment)
+    for replica in _replicas(deployment):
+        replica_stop(actor, replica, "deleted")
+    audit_record(actor=actor, action="deployment.delete", obj=deployment,
+                 tenant=deployment.tenant, changes={"version": deployment.version.label})
+    deployment.delete()
+
+
+# -- what the gateway asks -------------------------------------------------------------------
+
+
+def deployment_wake(*, deployment_id: int) -> None:
+    """A request came for a deployment scaled to zero: start its replicas again. Idempotent,
+    and one query when it is not scaled to zero (the gateway calls it on every such request)."""
+    if not Deployment.objects.filter(pk=deployment_id, active=True,
+                                     scaled_to_zero=True).exists():
+        return
+    _wake(deployment_id)
+
+
+@transaction.atomic
+def _wake(deployment_id: int) -> None:
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    if deployment is None:
+        return
+    deployment = _locked(deployment)
+    if not deployment.active or not deployment.scaled_to_zero:
+        return  # woken meanwhile
+    replicas = _replicas(deployment)
+    try:
+        actor = platform_actor(deployment)
+    except NoActor as exc:
+        DeploymentReplica.objects.filter(deployment=deployment).update(message=str(exc))
+        return
+    for replica in replicas:
+        if replica.job is None or replica.job.state in FINAL_STATES:
+            replica.failed, replica.resubmits = False, 0
+            replica_submit(actor, deployment, replica, "started again by a request")
+    deployment.scaled_to_zero = False
+    # The waking request counts as use: the idle clock starts again now.
+    deployment.last_request_at = timezone.now()
+    deployment.save(update_fields=["scaled_to_zero", "last_request_at", "updated_at"])
+    audit_record(actor=None, action="deployment.wake", obj=deployment, tenant=deployment.tenant)
+
+
+def replica_mark_unready(*, replica_id: int, reason: str) -> None:
+    """The gateway found the replica not answering: out of rotation at once, until the watch
+    task sees its health endpoint answer again."""
+    DeploymentReplica.objects.filter(pk=replica_id, ready=True).update(
+        ready=False, ready_since=None, message=reason[:2000], checked_at=timezone.now())

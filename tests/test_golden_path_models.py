@@ -1,0 +1,166 @@
+"""The models' part of the golden path, as a user runs it: a model folder imported into the
+registry, deployed twice on this machine with the transformers runtime (real `transformers
+serve` processes started by the local driver), and called through the platform's gateway with
+the official `openai` client — streaming and not, its tokens recorded as usage, refused to
+another tenant and past the rate limit; one replica killed answers 503 while the other
+deployment goes on, and the platform restarts it."""
+
+import os
+import signal
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import openai
+import pytest
+import uvicorn
+
+from aistation.choices import JobState
+from infra_os.models import UsageRecord
+from infra_os.services.tokens import api_token_create
+from mmodel.choices import VersionStatus
+from mmodel.models import Deployment, DeploymentReplica, GatewayLimit, ModelImport
+from mmodel.services.deployments import deployment_create
+from mmodel.services.registry import model_import_start
+from mmodel.tests.tiny import tiny_model
+from tests.processes import job_processes
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def _platform_server():
+    """The platform's ASGI app (Django and the gateway) under uvicorn in a thread."""
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config("ogai.asgi:application", host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the platform's server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def _wait(condition, what: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def _ready(deployment: Deployment) -> bool:
+    return DeploymentReplica.objects.filter(deployment=deployment, ready=True,
+                                            job__state=JobState.RUNNING).exists()
+
+
+@pytest.fixture
+def import_root(tmp_path, settings, monkeypatch):
+    root = tmp_path / "imports"
+    root.mkdir()
+    settings.OGAI_MODEL_IMPORT_ROOTS = [str(root)]
+    # For the worker process started after this fixture.
+    monkeypatch.setenv("OGAI_MODEL_IMPORT_ROOTS", str(root))
+    monkeypatch.setenv("OGAI_DEPLOYMENT_WATCH_S", "1")
+    return root
+
+
+def _chat(client: openai.OpenAI, model: str, *, max_tokens: int = 8, **kwargs):
+    return client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Name a capital."}],
+        max_tokens=max_tokens, **kwargs)
+
+
+def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_root,
+                                                    celery_worker_process):
+    member = world.alpha_member
+    tiny_model(import_root / "tiny")
+    started = model_import_start(actor=member, tenant=world.alpha, model_name="tiny",
+                                 source_path=str(import_root / "tiny"))
+    imported = _wait(lambda: ModelImport.objects.filter(
+        pk=started.pk, version__status=VersionStatus.READY).select_related("version").first(),
+        "the import is ready")
+    version = imported.version
+
+    chat = deployment_create(actor=member, tenant=world.alpha, name="tiny-chat",
+                             version=version, queue=local_queue, cpu_per_replica=0.5,
+                             memory_mib_per_replica=1024)
+    other = deployment_create(actor=member, tenant=world.alpha, name="tiny-other",
+                              version=version, queue=local_queue, cpu_per_replica=0.5,
+                              memory_mib_per_replica=1024)
+    _wait(lambda: _ready(chat) and _ready(other), "both deployments are ready", timeout=180)
+
+    alpha_key = api_token_create(actor=member, name="sdk", expires_at=None).secret
+    beta_key = api_token_create(actor=world.beta_member, name="sdk", expires_at=None).secret
+    with _platform_server() as url:
+        alpha = openai.OpenAI(base_url=f"{url}/v1", api_key=alpha_key, max_retries=0)
+        beta = openai.OpenAI(base_url=f"{url}/v1", api_key=beta_key, max_retries=0)
+
+        assert {m.id for m in alpha.models.list()} == {"tiny-chat", "tiny-other"}
+        answer = _chat(alpha, "tiny-chat")
+        assert answer.choices[0].message.content
+        assert answer.usage.prompt_tokens > 0 and answer.usage.completion_tokens > 0
+        chunks = list(_chat(alpha, "tiny-chat", stream=True))
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert len([c for c in chunks if c.choices]) > 1 and streamed
+
+        records = _wait(lambda: list(UsageRecord.objects.filter(
+            tenant=world.alpha, kind=UsageRecord.Kind.TOKENS, model_name="tiny-chat")),
+            "the gateway records the usage", timeout=30)
+        assert len(records) == 2
+        assert answer.usage.prompt_tokens in {r.prompt_tokens for r in records}
+        assert all(r.completion_tokens > 0 for r in records)
+
+        with pytest.raises(openai.NotFoundError):
+            _chat(beta, "tiny-chat")
+        with pytest.raises(openai.AuthenticationError):
+            _chat(openai.OpenAI(base_url=f"{url}/v1", api_key="ogai_wrong", max_retries=0),
+                  "tiny-chat")
+
+        # Killed: its model answers 503 while the other deployment goes on, then it is back.
+        replica = chat.replica_set.get()
+        victims = job_processes(replica.job_id)
+        assert victims
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+
+        def refused() -> bool:
+            try:
+                _chat(alpha, "tiny-chat")
+            except openai.APIStatusError as error:
+                return error.status_code == 503
+            return False
+
+        _wait(refused, "the killed deployment answers 503", timeout=30)
+        assert _chat(alpha, "tiny-other").choices[0].message.content
+        _wait(lambda: _ready(chat) and chat.replica_set.get().job_id is not None,
+              "the killed replica is restarted", timeout=180)
+        _wait(lambda: not refused(), "the restarted replica answers", timeout=60)
+
+        # A flood past the tenant's limit is refused with a time to come back.
+        GatewayLimit.objects.create(tenant=world.alpha, requests_per_minute=3)
+
+        def limited():
+            try:
+                _chat(alpha, "tiny-other", max_tokens=1)
+            except openai.RateLimitError as error:
+                return error
+            return None
+
+        error = _wait(limited, "the gateway refuses past the limit", timeout=30)
+        assert int(error.response.headers["retry-after"]) > 0
