@@ -88,7 +88,17 @@ SECTIONS = (
         NavItem("Training", "frontend:training-runs",
                 ("frontend:training-run", "frontend:training-run-start")),
     )),
-    NavSection("Models", "L4", (NavItem("Models", "frontend:models"),)),
+    NavSection("Models", "L4", (
+        NavItem("Models", "frontend:models",
+                ("frontend:model", "frontend:model-version", "frontend:model-register",
+                 "frontend:model-import", "frontend:model-import-detail")),
+        NavItem("Evaluations", "frontend:evaluations",
+                ("frontend:evaluation-start", "frontend:evaluation-run",
+                 "frontend:evaluation-samples", "frontend:benchmarks")),
+        NavItem("Deployments", "frontend:deployments",
+                ("frontend:deployment", "frontend:deployment-create")),
+        NavItem("Playground", "frontend:playground"),
+    )),
 )
 
 
