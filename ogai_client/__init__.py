@@ -5,11 +5,18 @@ __version__ = "0.1.0"
 
 from ogai_client.client import OgaiClient, OgaiError
 from ogai_client.models import (
+    Benchmark,
     Checkpoint,
     Dataset,
     DatasetVersion,
+    Deployment,
+    EvaluationRun,
     Job,
     JobLogs,
+    LeaderboardRow,
+    Model,
+    ModelImport,
+    ModelVersion,
     Notebook,
     PipelineRun,
     Queue,
@@ -19,6 +26,7 @@ from ogai_client.models import (
     User,
 )
 
-__all__ = ["Checkpoint", "Dataset", "DatasetVersion", "Job", "JobLogs", "Notebook",
-           "OgaiClient", "OgaiError", "PipelineRun", "Queue", "Quota", "TrainingMetric",
-           "TrainingRun", "User", "__version__"]
+__all__ = ["Benchmark", "Checkpoint", "Dataset", "DatasetVersion", "Deployment",
+           "EvaluationRun", "Job", "JobLogs", "LeaderboardRow", "Model", "ModelImport",
+           "ModelVersion", "Notebook", "OgaiClient", "OgaiError", "PipelineRun", "Queue",
+           "Quota", "TrainingMetric", "TrainingRun", "User", "__version__"]

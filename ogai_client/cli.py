@@ -782,10 +782,12 @@ def build_parser() -> ArgumentParser:
     status.add_argument("--tenant", help="only this tenant")
     status.add_argument("--json", action="store_true", help="print the API's JSON")
 
-    # YLink (`dataset`, `pipeline`, `train`) lives in its own module, which builds on this one.
-    from ogai_client import ylink
+    # YLink (`dataset`, `pipeline`, `train`) and MModel (`model`, `benchmark`, `eval`, `deploy`,
+    # `chat`) live in their own modules, which build on this one.
+    from ogai_client import mmodel, ylink
 
     ylink.add_commands(commands, command)
+    mmodel.add_commands(commands, command)
     return parser
 
 

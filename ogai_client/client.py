@@ -14,9 +14,10 @@ the HTTP status, or a readable one for a network failure (`code` "unreachable" o
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -26,11 +27,20 @@ import httpx
 from ogai_client import __version__
 from ogai_client.config import TOKEN_ENV, URL_ENV, load_config
 from ogai_client.models import (
+    Benchmark,
     Checkpoint,
     Dataset,
     DatasetVersion,
+    Deployment,
+    DeploymentStat,
+    EvaluationRun,
+    EvaluationSample,
     Job,
     JobLogs,
+    LeaderboardRow,
+    Model,
+    ModelImport,
+    ModelVersion,
     Notebook,
     Page,
     PipelineRun,
@@ -49,11 +59,15 @@ R = TypeVar("R", PipelineRun, TrainingRun)
 INFRA = "/api/v1/infra-os"
 AISTATION = "/api/v1/aistation"
 YLINK = "/api/v1/ylink"
+MMODEL = "/api/v1/mmodel"
+GATEWAY = "/v1"  # the OpenAI-compatible gateway, with the same API token
 PAGE_SIZE = 200  # the API caps a page at 500
 DEFAULT_TOKEN_NAME = "ogai client"
 # The server checks an upload as it reads it and answers once it is stored: a large corpus
 # takes longer than an ordinary request.
 UPLOAD_READ_TIMEOUT_S = 900.0
+# A model on a CPU, or a long answer, may take minutes: wait that long between two pieces.
+GENERATION_READ_TIMEOUT_S = 600.0
 
 
 class OgaiError(Exception):
@@ -567,6 +581,447 @@ class OgaiClient:
                 raise OgaiError("timeout", f"{what} is still {run.state} after "
                                 f"{timeout_s:g} s")
             time.sleep(poll_s)
+
+
+    # -- MModel: models and versions ----------------------------------------------------------
+
+    def models(self, *, tenant: str | None = None, name: str | None = None,
+               search: str | None = None) -> list[Model]:
+        """Models of your tenants, every page."""
+        params = {key: value for key, value in
+                  (("tenant", tenant), ("name", name), ("q", search)) if value}
+        return self._all(f"{MMODEL}/models/", params, Model.from_api, key=lambda m: m.id)
+
+    def model(self, model_id: int) -> Model:
+        return Model.from_api(self._request("GET", f"{MMODEL}/models/{int(model_id)}/"))
+
+    def find_model(self, name: str, *, tenant: str | None = None) -> Model | None:
+        """The model called `name` (in `tenant`), or None. Raises when several of your tenants
+        have one of that name and no tenant is given."""
+        found = [m for m in self.models(tenant=tenant, name=name) if m.name == name]
+        if len(found) > 1:
+            tenants = ", ".join(sorted(m.tenant for m in found))
+            raise OgaiError("ambiguous", f"several of your tenants have a model {name!r} "
+                            f"({tenants}): name the tenant")
+        return found[0] if found else None
+
+    def create_model(self, name: str, *, description: str = "",
+                     tenant: str | None = None) -> Model:
+        """A new model without versions; import a folder or register a run to add one."""
+        body: dict[str, Any] = {"name": name, "description": description}
+        if tenant:
+            body["tenant"] = tenant
+        return Model.from_api(self._request("POST", f"{MMODEL}/models/", json=body))
+
+    def import_model(self, model: str, source_path: str, *, allow_pickle: bool = False,
+                     tenant: str | None = None, description: str = "") -> ModelImport:
+        """Import a folder (or .gguf file) below an import root of the server as the next
+        version of the model named `model` (created with the import when new). Quick checks
+        (the path, remote code, pickle, config, tokenizer) answer at once as an OgaiError; the
+        rest (loading the weights, the copy) runs on the server: follow it with
+        `model_import(id)` or `wait_model_import(id)`."""
+        body: dict[str, Any] = {"model": model, "source_path": str(source_path),
+                                "allow_pickle": allow_pickle, "description": description}
+        if tenant:
+            body["tenant"] = tenant
+        return ModelImport.from_api(self._request("POST", f"{MMODEL}/model-imports/",
+                                                  json=body))
+
+    def model_import(self, import_id: int) -> ModelImport:
+        return ModelImport.from_api(self._request("GET",
+                                                  f"{MMODEL}/model-imports/{int(import_id)}/"))
+
+    def model_imports(self, *, model: int | None = None, tenant: str | None = None,
+                      state: str | None = None) -> list[ModelImport]:
+        params = {key: value for key, value in
+                  (("model", model), ("tenant", tenant), ("state", state)) if value}
+        return self._all(f"{MMODEL}/model-imports/", params, ModelImport.from_api,
+                         key=lambda i: i.id)
+
+    def wait_model_import(self, import_id: int, *, poll_s: float = 1.0,
+                          timeout_s: float | None = None) -> ModelImport:
+        """Poll until the import succeeded or failed and return it."""
+        return self._poll(lambda: self.model_import(import_id), f"import {import_id}", poll_s,
+                          timeout_s)
+
+    def model_versions(self, *, model: int | None = None, model_name: str | None = None,
+                       tenant: str | None = None, status: str | None = None,
+                       training_run: int | None = None) -> list[ModelVersion]:
+        """Versions you can see (without files and lineage), every page."""
+        params = {key: value for key, value in
+                  (("model", model), ("model_name", model_name), ("tenant", tenant),
+                   ("status", status), ("training_run", training_run)) if value}
+        return self._all(f"{MMODEL}/model-versions/", params, ModelVersion.from_api,
+                         key=lambda v: v.id)
+
+    def model_version(self, version_id: int) -> ModelVersion:
+        """A version with its files and lineage."""
+        return ModelVersion.from_api(
+            self._request("GET", f"{MMODEL}/model-versions/{int(version_id)}/"))
+
+    def find_version(self, ref: str, *, tenant: str | None = None) -> ModelVersion:
+        """A version by reference: "tiny:v2" (or "tiny:2"), or "tiny" for its newest ready
+        version. Raises OgaiError "not_found" (or "ambiguous" across tenants)."""
+        name, number = parse_version_ref(ref)
+        versions = self.model_versions(model_name=name, tenant=tenant)
+        tenants = sorted({v.tenant for v in versions})
+        if len(tenants) > 1:
+            raise OgaiError("ambiguous", f"several of your tenants have a model {name!r} "
+                            f"({', '.join(tenants)}): name the tenant")
+        if number is not None:
+            found = [v for v in versions if v.number == number]
+            if not found:
+                raise OgaiError("not_found", f"model version {name}:v{number} not found (or "
+                                f"not visible to you); `ogai model show {name}` lists its "
+                                "versions", status=404)
+            return found[0]
+        if not versions:
+            raise OgaiError("not_found", f"model {name} not found (or not visible to you); "
+                            "`ogai model list` shows yours", status=404)
+        ready = sorted((v for v in versions if v.status == "ready"), key=lambda v: -v.number)
+        if not ready:
+            newest = max(versions, key=lambda v: v.number)
+            raise OgaiError("not_ready", f"model {name} has no ready version ({newest.label} "
+                            f"is {newest.status}); name one as {name}:vN")
+        return ready[0]
+
+    def register_version(self, training_run: int, model: str, *,
+                         description: str = "") -> ModelVersion:
+        """Register a finished training run's output as the next version of `model` (in the
+        run's tenant; created when missing), with its lineage."""
+        return ModelVersion.from_api(self._request(
+            "POST", f"{MMODEL}/model-versions/register/",
+            json={"training_run": int(training_run), "model": model,
+                  "description": description}))
+
+    def delete_version(self, version_id: int) -> None:
+        self._request("DELETE", f"{MMODEL}/model-versions/{int(version_id)}/")
+
+    # -- MModel: benchmarks and evaluation ----------------------------------------------------
+
+    def benchmarks(self, *, tenant: str | None = None, kind: str | None = None,
+                   search: str | None = None) -> list[Benchmark]:
+        """Your tenants' benchmarks and the shared ones, every page."""
+        params = {key: value for key, value in
+                  (("tenant", tenant), ("kind", kind), ("q", search)) if value}
+        return self._all(f"{MMODEL}/benchmarks/", params, Benchmark.from_api,
+                         key=lambda b: b.id)
+
+    def benchmark(self, benchmark_id: int) -> Benchmark:
+        """A benchmark with a preview of its first documents as the model is asked them."""
+        return Benchmark.from_api(self._request("GET",
+                                                f"{MMODEL}/benchmarks/{int(benchmark_id)}/"))
+
+    def upload_benchmark(self, path: str | os.PathLike, *, name: str, kind: str,
+                         tenant: str | None = None, description: str = "",
+                         prompt_template: str = "", target_template: str = "",
+                         choices_template: str = "", text_field: str = "", few_shot: int = 0,
+                         metrics: list[str] | None = None,
+                         generation_kwargs: dict | None = None) -> Benchmark:
+        """Upload a JSONL file as a benchmark (`kind`: multiple_choice, generation or
+        perplexity). The server checks every document against the templates: a mistake is an
+        OgaiError naming the field and the line."""
+        path = Path(path)
+        fields: dict[str, str | list[str]] = {"name": name, "kind": kind,
+                                              "description": description,
+                                              "few_shot": str(int(few_shot))}
+        for key, value in (("tenant", tenant), ("prompt_template", prompt_template),
+                           ("target_template", target_template),
+                           ("choices_template", choices_template), ("text_field", text_field)):
+            if value:
+                fields[key] = value
+        if generation_kwargs is not None:
+            fields["generation_kwargs"] = json.dumps(generation_kwargs)
+        if metrics:
+            fields["metrics"] = [str(metric) for metric in metrics]
+        try:
+            stream = path.open("rb")
+        except OSError as exc:
+            raise OgaiError("bad_file", f"cannot read {path}: {exc.strerror or exc}") from None
+        with stream:
+            if not path.is_file():
+                raise OgaiError("bad_file", f"{path} is not a file")
+            timeout = httpx.Timeout(self.timeout, read=max(self.timeout, UPLOAD_READ_TIMEOUT_S))
+            data = self._request("POST", f"{MMODEL}/benchmarks/", timeout=timeout, data=fields,
+                                 files={"file": (path.name, stream, "application/jsonl")})
+        return Benchmark.from_api(data)
+
+    def start_evaluation(self, version: int, benchmarks: Iterable[str | int], *,
+                         tenant: str | None = None, queue: str | None = None,
+                         name: str = "", limit: int | None = None,
+                         deployment: int | None = None, gpus: int = 0) -> EvaluationRun:
+        """Score a version (its id) on benchmarks (ids or names) in a job of `queue`; with
+        `deployment` (an id) its endpoint is scored instead of the weights."""
+        body: dict[str, Any] = {"version": int(version),
+                                "benchmarks": [str(b) for b in benchmarks], "name": name,
+                                "gpus": gpus}
+        for key, value in (("tenant", tenant), ("queue", queue), ("limit", limit),
+                           ("deployment", deployment)):
+            if value is not None:
+                body[key] = value
+        return EvaluationRun.from_api(self._request("POST", f"{MMODEL}/evaluation-runs/",
+                                                    json=body))
+
+    def evaluation_runs(self, *, tenant: str | None = None, version: int | None = None,
+                        model: int | None = None) -> list[EvaluationRun]:
+        """Evaluation runs you can see, newest first, every page."""
+        params = {key: value for key, value in
+                  (("tenant", tenant), ("version", version), ("model", model)) if value}
+        return self._all(f"{MMODEL}/evaluation-runs/", params, EvaluationRun.from_api,
+                         key=lambda run: run.id)
+
+    def evaluation_run(self, run_id: int) -> EvaluationRun:
+        return EvaluationRun.from_api(
+            self._request("GET", f"{MMODEL}/evaluation-runs/{int(run_id)}/"))
+
+    def cancel_evaluation_run(self, run_id: int) -> EvaluationRun:
+        return EvaluationRun.from_api(
+            self._request("POST", f"{MMODEL}/evaluation-runs/{int(run_id)}/cancel/"))
+
+    def wait_evaluation_run(self, run_id: int, *, poll_s: float = 2.0,
+                            timeout_s: float | None = None) -> EvaluationRun:
+        """Poll until the run ends (succeeded, failed or cancelled) and return it."""
+        return self._poll(lambda: self.evaluation_run(run_id), f"evaluation run {run_id}",
+                          poll_s, timeout_s)
+
+    def evaluation_samples(self, run_id: int, *, benchmark: int | None = None,
+                           offset: int = 0, limit: int = 20) -> Page[EvaluationSample]:
+        """Documents of a run as the model answered them (of one benchmark, by its id)."""
+        params: dict[str, Any] = {"offset": offset, "limit": limit}
+        if benchmark is not None:
+            params["benchmark"] = benchmark
+        data = self._request("GET", f"{MMODEL}/evaluation-runs/{int(run_id)}/samples/",
+                             params=params)
+        return Page(count=data.get("count", 0), offset=offset,
+                    results=[EvaluationSample.from_api(item) for item in _rows(data)])
+
+    def compare_evaluation_runs(self, run_id: int, other: int, *, benchmark: int,
+                                offset: int = 0, limit: int = 50) -> list[dict]:
+        """The same documents answered by two runs: [{"index", "prompt", "target", "a": {...},
+        "b": {...}}]."""
+        return _rows(self._request(
+            "GET", f"{MMODEL}/evaluation-runs/{int(run_id)}/compare/",
+            params={"other": other, "benchmark": benchmark, "offset": offset, "limit": limit}))
+
+    def leaderboard(self, *, tenant: str | None = None) -> list[LeaderboardRow]:
+        """Per version of a tenant, its newest succeeded scores."""
+        params = {"tenant": tenant} if tenant else {}
+        return [LeaderboardRow.from_api(row) for row in
+                _rows(self._request("GET", f"{MMODEL}/leaderboard/", params=params))]
+
+    # -- MModel: deployments ------------------------------------------------------------------
+
+    def deployments(self, *, tenant: str | None = None) -> list[Deployment]:
+        params = {"tenant": tenant} if tenant else {}
+        return self._all(f"{MMODEL}/deployments/", params, Deployment.from_api,
+                         key=lambda d: d.id)
+
+    def deployment(self, deployment_id: int) -> Deployment:
+        return Deployment.from_api(
+            self._request("GET", f"{MMODEL}/deployments/{int(deployment_id)}/"))
+
+    def find_deployment(self, name: str, *, tenant: str | None = None) -> Deployment:
+        """The deployment called `name` (in `tenant`); OgaiError "not_found" when there is
+        none, "ambiguous" when several of your tenants have one and no tenant is given."""
+        found = [d for d in self.deployments(tenant=tenant) if d.name == name]
+        if len(found) > 1:
+            tenants = ", ".join(sorted(d.tenant for d in found))
+            raise OgaiError("ambiguous", f"several of your tenants have a deployment {name!r} "
+                            f"({tenants}): name the tenant")
+        if not found:
+            where = f" in tenant {tenant}" if tenant else ""
+            raise OgaiError("not_found", f"deployment {name}{where} not found (or not visible "
+                            "to you); `ogai deploy list` shows yours", status=404)
+        return found[0]
+
+    def create_deployment(self, name: str, version: int, *, tenant: str | None = None,
+                          queue: str | None = None, runtime: str | None = None,
+                          replicas: int | None = None, gpus_per_replica: int | None = None,
+                          gpu_model: str | None = None, cpu_per_replica: float | None = None,
+                          memory_mib_per_replica: int | None = None,
+                          idle_timeout_s: int | None = None) -> Deployment:
+        """Deploy a version (its id) as `name` at the gateway: `replicas` service jobs of
+        `queue`. What is left out takes the server's default."""
+        body: dict[str, Any] = {"name": name, "version": int(version)}
+        for key, value in (("tenant", tenant), ("queue", queue), ("runtime", runtime),
+                           ("replicas", replicas), ("gpus_per_replica", gpus_per_replica),
+                           ("gpu_model", gpu_model), ("cpu_per_replica", cpu_per_replica),
+                           ("memory_mib_per_replica", memory_mib_per_replica),
+                           ("idle_timeout_s", idle_timeout_s)):
+            if value is not None:
+                body[key] = value
+        return Deployment.from_api(self._request("POST", f"{MMODEL}/deployments/", json=body))
+
+    def scale_deployment(self, deployment_id: int, replicas: int) -> Deployment:
+        return Deployment.from_api(self._request(
+            "POST", f"{MMODEL}/deployments/{int(deployment_id)}/scale/",
+            json={"replicas": replicas}))
+
+    def stop_deployment(self, deployment_id: int) -> Deployment:
+        return Deployment.from_api(
+            self._request("POST", f"{MMODEL}/deployments/{int(deployment_id)}/stop/"))
+
+    def start_deployment(self, deployment_id: int) -> Deployment:
+        return Deployment.from_api(
+            self._request("POST", f"{MMODEL}/deployments/{int(deployment_id)}/start/"))
+
+    def delete_deployment(self, deployment_id: int) -> None:
+        self._request("DELETE", f"{MMODEL}/deployments/{int(deployment_id)}/")
+
+    def deployment_stats(self, deployment_id: int, *, minutes: int = 60
+                         ) -> list[DeploymentStat]:
+        """Per minute of the last `minutes`: requests, errors, tokens, latency."""
+        return [DeploymentStat.from_api(row) for row in _rows(self._request(
+            "GET", f"{MMODEL}/deployments/{int(deployment_id)}/stats/",
+            params={"minutes": minutes}))]
+
+    # -- the gateway (OpenAI-compatible, at /v1/) ---------------------------------------------
+
+    def gateway_models(self) -> list[dict]:
+        """The models your token may call at the gateway: [{"id", "owned_by", …}]."""
+        data = self._gateway("GET", "/models")
+        return _rows(data.get("data") if isinstance(data, dict) else data)
+
+    def chat(self, model: str, messages: list[dict], *, temperature: float | None = None,
+             max_tokens: int | None = None, **extra: Any) -> str:
+        """The answer of `model` (a deployment's name) to `messages`, whole."""
+        body = _chat_body(model, messages, temperature, max_tokens, stream=False, **extra)
+        data = self._gateway("POST", "/chat/completions", json=body)
+        try:
+            return data["choices"][0]["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise OgaiError("bad_response", f"the gateway answered no message for {model}; "
+                            "is this OGAI?") from None
+
+    def chat_stream(self, model: str, messages: list[dict], *,
+                    temperature: float | None = None, max_tokens: int | None = None,
+                    **extra: Any) -> Iterator[str]:
+        """The answer of `model` to `messages` streamed: yields its text as each piece arrives
+        (server-sent events). The gateway's refusals (404 model_not_found, 429 with Retry-After,
+        503 while the model starts) raise OgaiError with the gateway's code and message."""
+        body = _chat_body(model, messages, temperature, max_tokens, stream=True, **extra)
+        timeout = httpx.Timeout(self.timeout, read=max(self.timeout, GENERATION_READ_TIMEOUT_S))
+        try:
+            with self._http.stream("POST", f"{GATEWAY}/chat/completions", json=body,
+                                   timeout=timeout,
+                                   headers={"Accept": "text/event-stream"}) as response:
+                if response.is_error:
+                    response.read()
+                    raise _gateway_error(response)
+                for line in response.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        return
+                    yield from _deltas(payload)
+        except httpx.TimeoutException:
+            raise OgaiError("timeout", f"{model} sent nothing for "
+                            f"{GENERATION_READ_TIMEOUT_S:g} s") from None
+        except httpx.TransportError as exc:
+            raise OgaiError("unreachable", f"the answer of {model} broke off "
+                            f"({str(exc) or type(exc).__name__})") from None
+
+    def _gateway(self, method: str, path: str, **kwargs: Any) -> Any:
+        timeout = httpx.Timeout(self.timeout, read=max(self.timeout, GENERATION_READ_TIMEOUT_S))
+        try:
+            response = self._http.request(method, f"{GATEWAY}{path}", timeout=timeout, **kwargs)
+        except httpx.TimeoutException:
+            raise OgaiError("timeout", f"the gateway at {self.url}{GATEWAY}/ did not answer "
+                            f"within {GENERATION_READ_TIMEOUT_S:g} s") from None
+        except httpx.TransportError as exc:
+            raise OgaiError("unreachable", f"cannot connect to {self.url} "
+                            f"({str(exc) or type(exc).__name__}); check the URL and that "
+                            "the server is running") from None
+        if response.is_error:
+            raise _gateway_error(response)
+        try:
+            return response.json()
+        except ValueError:
+            raise OgaiError("bad_response", f"{response.request.url} did not answer JSON; is "
+                            f"{self.url} the OGAI URL?", status=response.status_code) from None
+
+    def _poll(self, fetch: Callable[[], Any], what: str, poll_s: float,
+              timeout_s: float | None) -> Any:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            item = fetch()
+            if item.is_final:
+                return item
+            if deadline is not None and time.monotonic() >= deadline:
+                raise OgaiError("timeout", f"{what} is still {item.state} after "
+                                f"{timeout_s:g} s")
+            time.sleep(poll_s)
+
+
+def parse_version_ref(ref: str) -> tuple[str, int | None]:
+    """"tiny:v2" or "tiny:2" -> ("tiny", 2); "tiny" -> ("tiny", None)."""
+    name, _, number = str(ref).strip().partition(":")
+    if not number:
+        if not name:
+            raise OgaiError("usage", "name a model version as MODEL:vN, or MODEL for its "
+                            "newest ready version")
+        return name, None
+    digits = number[1:] if number[:1] in {"v", "V"} else number
+    if not name or not digits.isdigit() or int(digits) < 1:
+        raise OgaiError("usage", f"{ref!r} is not a model version: write MODEL:vN (e.g. "
+                        "tiny:v2), or MODEL for its newest ready version")
+    return name, int(digits)
+
+
+def _chat_body(model: str, messages: list[dict], temperature: float | None,
+               max_tokens: int | None, *, stream: bool, **extra: Any) -> dict:
+    body: dict[str, Any] = {"model": model, "messages": list(messages), "stream": stream,
+                            **extra}
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+def _deltas(payload: str) -> Iterator[str]:
+    """The text of one streamed chunk; an error event (the model server broke off) raises."""
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        raise OgaiError("bad_response", f"the gateway sent an event that is not JSON: "
+                        f"{payload[:80]!r}") from None
+    if not isinstance(event, dict):
+        return
+    if isinstance(event.get("error"), dict):
+        raise _openai_error(event["error"], status=None)
+    for choice in event.get("choices") or []:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        text = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(text, str) and text:
+            yield text
+
+
+def _openai_error(error: dict, *, status: int | None, retry_after: str | None = None
+                  ) -> OgaiError:
+    code = str(error.get("code") or error.get("type") or f"http_{status}")
+    message = str(error.get("message") or f"the gateway answered HTTP {status}")
+    if retry_after and "retry after" not in message.lower():
+        message = f"{message.rstrip('.')}; retry after {retry_after} s."
+    param = error.get("param")
+    return OgaiError(code, message, {str(param): [message]} if param else None, status)
+
+
+def _gateway_error(response: httpx.Response) -> OgaiError:
+    """The gateway's OpenAI-style error (`{"error": {"message", "type", "param", "code"}}`) as
+    an OgaiError; the Retry-After of a 429 or 503 goes into its message."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        error = {"message": f"{response.request.method} {response.request.url} answered HTTP "
+                            f"{response.status_code} {response.reason_phrase}; is the gateway "
+                            "at /v1/ of the OGAI URL?"}
+    return _openai_error(error, status=response.status_code,
+                         retry_after=response.headers.get("retry-after"))
 
 
 def _rows(data: Any) -> list[dict]:

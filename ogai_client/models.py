@@ -574,3 +574,404 @@ class Checkpoint:
     def from_api(cls, data: dict) -> Checkpoint:
         return cls(step=_int(data.get("step")), path=data.get("path") or "",
                    bytes=_int(data.get("bytes")), created_at=parse_time(data.get("created_at")))
+
+
+# -- MModel: registry, evaluation, deployments -------------------------------------------------
+
+@dataclass(frozen=True)
+class Model:
+    """A named model of a tenant. `latest_version`: its newest version's number, with
+    `latest_version_id` and `latest_status` (None before the first)."""
+
+    id: int
+    name: str
+    tenant: str = ""
+    description: str = ""
+    versions: int = 0
+    latest_version: int | None = None
+    latest_version_id: int | None = None
+    latest_status: str = ""
+    created_by: str = ""
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Model:
+        latest = data.get("latest_version") if isinstance(data.get("latest_version"),
+                                                          dict) else {}
+        return cls(
+            id=data["id"], name=data.get("name", ""), tenant=data.get("tenant") or "",
+            description=data.get("description") or "", versions=_int(data.get("versions")),
+            latest_version=latest.get("number"), latest_version_id=latest.get("id"),
+            latest_status=latest.get("status") or "", created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One immutable set of weights. `status`: importing, ready or failed; `source`: import or
+    training; lineage: `training_run`, `base_version`, `dataset_versions` (ids). `files` and
+    `lineage` ({"nodes": [{"id", "kind", "label", "pk"}], "edges": [[from, to]]}) are filled
+    only by `OgaiClient.model_version(id)` and by register."""
+
+    id: int
+    model: str
+    number: int
+    status: str = ""
+    model_id: int | None = None
+    tenant: str = ""
+    message: str = ""
+    source: str = ""
+    format: str = ""
+    architecture: str = ""
+    model_type: str = ""
+    parameters: int | None = None
+    context_length: int | None = None
+    dtype: str = ""
+    tokenizer: str = ""
+    bytes: int = 0
+    content_hash: str = ""
+    training_run: int | None = None
+    base_version: int | None = None
+    dataset_versions: list[int] = field(default_factory=list)
+    source_path: str = ""
+    artifact_path: str = ""
+    files: list[dict] = field(default_factory=list)
+    lineage: dict = field(default_factory=dict)
+    created_by: str = ""
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        """"tiny:v2"."""
+        return f"{self.model}:v{self.number}"
+
+    @classmethod
+    def from_api(cls, data: dict) -> ModelVersion:
+        return cls(
+            id=data["id"], model=data.get("model") or "", number=_int(data.get("number")),
+            status=data.get("status") or "", model_id=data.get("model_id"),
+            tenant=data.get("tenant") or "", message=data.get("message") or "",
+            source=data.get("source") or "", format=data.get("format") or "",
+            architecture=data.get("architecture") or "",
+            model_type=data.get("model_type") or "", parameters=data.get("parameters"),
+            context_length=data.get("context_length"), dtype=data.get("dtype") or "",
+            tokenizer=data.get("tokenizer") or "", bytes=_int(data.get("bytes")),
+            content_hash=data.get("content_hash") or "",
+            training_run=data.get("training_run"), base_version=data.get("base_version"),
+            dataset_versions=[v for v in data.get("dataset_versions") or []
+                              if isinstance(v, int)],
+            source_path=data.get("source_path") or "",
+            artifact_path=data.get("artifact_path") or "",
+            files=[f for f in data.get("files") or [] if isinstance(f, dict)],
+            lineage=dict(data.get("lineage") or {}), created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class ModelImport:
+    """Importing a folder as a new version. `state`: queued, running, succeeded or failed;
+    `message`: why it failed."""
+
+    id: int
+    model: str
+    state: str
+    tenant: str = ""
+    model_id: int | None = None
+    version: int | None = None
+    version_number: int | None = None
+    source_path: str = ""
+    allow_pickle: bool = False
+    message: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    created_by: str = ""
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in {"succeeded", "failed"}
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}:v{self.version_number}" if self.version_number else self.model
+
+    @classmethod
+    def from_api(cls, data: dict) -> ModelImport:
+        return cls(
+            id=data["id"], model=data.get("model") or "", state=data.get("state") or "",
+            tenant=data.get("tenant") or "", model_id=data.get("model_id"),
+            version=data.get("version"), version_number=data.get("version_number"),
+            source_path=data.get("source_path") or "",
+            allow_pickle=bool(data.get("allow_pickle")), message=data.get("message") or "",
+            started_at=parse_time(data.get("started_at")),
+            finished_at=parse_time(data.get("finished_at")),
+            created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark: JSONL documents and how to prompt and score them (`kind`: multiple_choice,
+    generation or perplexity). `shared`: shipped with the platform for every tenant. `preview`
+    (the first documents as the model is asked them) is filled by `benchmark(id)` and upload."""
+
+    id: int
+    name: str
+    kind: str
+    tenant: str = ""
+    shared: bool = False
+    description: str = ""
+    documents: int = 0
+    content_hash: str = ""
+    prompt_template: str = ""
+    target_template: str = ""
+    choices_template: str = ""
+    text_field: str = ""
+    few_shot: int = 0
+    metrics: list[str] = field(default_factory=list)
+    generation_kwargs: dict = field(default_factory=dict)
+    preview: list[dict] = field(default_factory=list)
+    created_by: str = ""
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Benchmark:
+        return cls(
+            id=data["id"], name=data.get("name", ""), kind=data.get("kind") or "",
+            tenant=data.get("tenant") or "", shared=bool(data.get("shared")),
+            description=data.get("description") or "", documents=_int(data.get("documents")),
+            content_hash=data.get("content_hash") or "",
+            prompt_template=data.get("prompt_template") or "",
+            target_template=data.get("target_template") or "",
+            choices_template=data.get("choices_template") or "",
+            text_field=data.get("text_field") or "", few_shot=_int(data.get("few_shot")),
+            metrics=[str(m) for m in data.get("metrics") or []],
+            generation_kwargs=dict(data.get("generation_kwargs") or {}),
+            preview=[p for p in data.get("preview") or [] if isinstance(p, dict)],
+            created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    benchmark: str
+    metric: str
+    value: float
+    benchmark_id: int | None = None
+    stderr: float | None = None
+    samples: int = 0
+
+    @classmethod
+    def from_api(cls, data: dict) -> EvaluationResult:
+        return cls(benchmark=data.get("benchmark") or "", metric=data.get("metric") or "",
+                   value=_float(data.get("value")) or 0.0,
+                   benchmark_id=data.get("benchmark_id"), stderr=_float(data.get("stderr")),
+                   samples=_int(data.get("samples")))
+
+
+@dataclass(frozen=True)
+class EvaluationRun:
+    """A version (its weights, or a deployment's endpoint: `target`) scored on benchmarks in a
+    job. `state` like a training run's; `benchmarks`: [{"id", "name", "kind"}]; `results` once
+    it succeeded; `cached_requests` of `total_requests` came from earlier runs' cache."""
+
+    id: int
+    state: str
+    name: str = ""
+    tenant: str = ""
+    reason: str = ""
+    message: str = ""
+    version: int | None = None
+    version_label: str = ""
+    target: str = "weights"
+    deployment: int | None = None
+    benchmarks: list[dict] = field(default_factory=list)
+    limit: int | None = None
+    cached_requests: int = 0
+    total_requests: int = 0
+    results: list[EvaluationResult] = field(default_factory=list)
+    job: int | None = None
+    created_by: str = ""
+    created_at: datetime | None = None
+    progress_at: datetime | None = None
+    finished_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in RUN_FINAL_STATES
+
+    @property
+    def benchmark_names(self) -> list[str]:
+        return [str(b.get("name", "")) for b in self.benchmarks]
+
+    @classmethod
+    def from_api(cls, data: dict) -> EvaluationRun:
+        return cls(
+            id=data["id"], state=data.get("state") or "", name=data.get("name") or "",
+            tenant=data.get("tenant") or "", reason=data.get("reason") or "",
+            message=data.get("message") or "", version=data.get("version"),
+            version_label=data.get("version_label") or "",
+            target=data.get("target") or "weights", deployment=data.get("deployment"),
+            benchmarks=[b for b in data.get("benchmarks") or [] if isinstance(b, dict)],
+            limit=data.get("limit"), cached_requests=_int(data.get("cached_requests")),
+            total_requests=_int(data.get("total_requests")),
+            results=[EvaluationResult.from_api(r) for r in data.get("results") or []],
+            job=data.get("job"), created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")),
+            progress_at=parse_time(data.get("progress_at")),
+            finished_at=parse_time(data.get("finished_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class EvaluationSample:
+    """What the model did on one document of a benchmark; `correct` is None where the kind
+    has no right answer (perplexity)."""
+
+    benchmark: str
+    index: int
+    prompt: str = ""
+    target: str = ""
+    output: str = ""
+    correct: bool | None = None
+    scores: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, data: dict) -> EvaluationSample:
+        correct = data.get("correct")
+        return cls(benchmark=data.get("benchmark") or "", index=_int(data.get("index")),
+                   prompt=data.get("prompt") or "", target=data.get("target") or "",
+                   output=data.get("output") or "",
+                   correct=correct if isinstance(correct, bool) else None,
+                   scores=dict(data.get("scores") or {}))
+
+
+@dataclass(frozen=True)
+class LeaderboardRow:
+    """A version's newest succeeded scores: {benchmark: {metric: value}}."""
+
+    version: int
+    label: str
+    model: str = ""
+    number: int = 0
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, data: dict) -> LeaderboardRow:
+        scores = {str(name): {str(k): float(v) for k, v in (metrics or {}).items()
+                              if _float(v) is not None}
+                  for name, metrics in (data.get("scores") or {}).items()}
+        return cls(version=_int(data.get("version")), label=data.get("label") or "",
+                   model=data.get("model") or "", number=_int(data.get("number")),
+                   scores=scores)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One model server of a deployment: its job and whether its health endpoint answers.
+    `upstream` is shown to platform admins only."""
+
+    index: int
+    job: int | None = None
+    job_state: str = ""
+    ready: bool = False
+    ready_since: datetime | None = None
+    checked_at: datetime | None = None
+    message: str = ""
+    failed: bool = False
+    upstream: str = ""
+
+    @classmethod
+    def from_api(cls, data: dict) -> Replica:
+        return cls(index=_int(data.get("index")), job=data.get("job"),
+                   job_state=data.get("job_state") or "", ready=bool(data.get("ready")),
+                   ready_since=parse_time(data.get("ready_since")),
+                   checked_at=parse_time(data.get("checked_at")),
+                   message=data.get("message") or "", failed=bool(data.get("failed")),
+                   upstream=data.get("upstream") or "")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A version served at the gateway (`/v1/`) under `name`. `state`: starting, ready,
+    degraded, scaled_to_zero, stopped or failed."""
+
+    id: int
+    name: str
+    state: str
+    tenant: str = ""
+    model: str = ""
+    version: int | None = None
+    version_label: str = ""
+    queue: str = ""
+    runtime: str = ""
+    replicas: int = 1
+    gpus_per_replica: int = 0
+    gpu_model: str = ""
+    cpu_per_replica: float = 0.0
+    memory_mib_per_replica: int = 0
+    idle_timeout_s: int = 0
+    active: bool = True
+    scaled_to_zero: bool = False
+    last_request_at: datetime | None = None
+    replica_set: list[Replica] = field(default_factory=list)
+    created_by: str = ""
+    created_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ready_replicas(self) -> int:
+        return sum(1 for replica in self.replica_set if replica.ready)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Deployment:
+        return cls(
+            id=data["id"], name=data.get("name", ""), state=data.get("state") or "",
+            tenant=data.get("tenant") or "", model=data.get("model") or "",
+            version=data.get("version"), version_label=data.get("version_label") or "",
+            queue=data.get("queue") or "", runtime=data.get("runtime") or "",
+            replicas=_int(data.get("replicas"), 1),
+            gpus_per_replica=_int(data.get("gpus_per_replica")),
+            gpu_model=data.get("gpu_model") or "",
+            cpu_per_replica=_float(data.get("cpu_per_replica")) or 0.0,
+            memory_mib_per_replica=_int(data.get("memory_mib_per_replica")),
+            idle_timeout_s=_int(data.get("idle_timeout_s")), active=bool(data.get("active")),
+            scaled_to_zero=bool(data.get("scaled_to_zero")),
+            last_request_at=parse_time(data.get("last_request_at")),
+            replica_set=[Replica.from_api(r) for r in data.get("replica_set") or []],
+            created_by=data.get("created_by") or "",
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class DeploymentStat:
+    """Requests to a deployment through the gateway in one minute."""
+
+    minute: datetime | None
+    requests: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms_mean: float | None = None
+    latency_ms_p50: float | None = None
+    latency_ms_p99: float | None = None
+
+    @classmethod
+    def from_api(cls, data: dict) -> DeploymentStat:
+        return cls(minute=parse_time(data.get("minute")), requests=_int(data.get("requests")),
+                   errors=_int(data.get("errors")),
+                   prompt_tokens=_int(data.get("prompt_tokens")),
+                   completion_tokens=_int(data.get("completion_tokens")),
+                   latency_ms_mean=_float(data.get("latency_ms_mean")),
+                   latency_ms_p50=_float(data.get("latency_ms_p50")),
+                   latency_ms_p99=_float(data.get("latency_ms_p99")))
