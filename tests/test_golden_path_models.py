@@ -19,8 +19,9 @@ import uvicorn
 from aistation.choices import JobState
 from infra_os.models import UsageRecord
 from infra_os.services.tokens import api_token_create
-from mmodel.choices import VersionStatus
+from mmodel.choices import DeploymentState, VersionStatus
 from mmodel.models import Deployment, DeploymentReplica, GatewayLimit, ModelImport
+from mmodel.selectors.deployments import deployment_state
 from mmodel.services.deployments import deployment_create
 from mmodel.services.registry import model_import_start
 from mmodel.tests.tiny import tiny_model
@@ -104,6 +105,7 @@ def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_r
                               version=version, queue=local_queue, cpu_per_replica=0.5,
                               memory_mib_per_replica=1024)
     _wait(lambda: _ready(chat) and _ready(other), "both deployments are ready", timeout=180)
+    assert deployment_state(chat) == DeploymentState.READY
 
     alpha_key = api_token_create(actor=member, name="sdk", expires_at=None).secret
     beta_key = api_token_create(actor=world.beta_member, name="sdk", expires_at=None).secret

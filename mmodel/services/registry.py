@@ -161,7 +161,7 @@ def model_import_run(*, import_id: int, progress: Progress = _quiet) -> ModelImp
     """Copy, convert and check an import's files into its version's folder; the version ends
     ready or failed with the reason. Run again after a lost worker, it starts afresh."""
     with transaction.atomic():
-        job = ModelImport.objects.select_for_update().select_related(
+        job = ModelImport.objects.select_for_update(of=("self",)).select_related(
             "version", "model", "model__tenant").get(pk=import_id)
         if job.state not in (ImportState.QUEUED, ImportState.RUNNING) or job.version is None:
             return job

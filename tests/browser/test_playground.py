@@ -125,7 +125,7 @@ def test_two_models_stream_side_by_side_and_a_vote_moves_the_ratings(
                                "url": platform_url}])
 
     page.goto(f"{platform_url}/playground/")
-    page.get_by_label("Beside it").select_option("right-chat")
+    page.get_by_label("Beside it").select_option("alpha/right-chat")
     page.get_by_label("System prompt").fill("Answer briefly.")
     page.get_by_label("Temperature").fill("0")
     page.get_by_label("Max tokens").fill("32")
