@@ -113,7 +113,9 @@ def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_r
         alpha = openai.OpenAI(base_url=f"{url}/v1", api_key=alpha_key, max_retries=0)
         beta = openai.OpenAI(base_url=f"{url}/v1", api_key=beta_key, max_retries=0)
 
-        assert {m.id for m in alpha.models.list()} == {"tiny-chat", "tiny-other"}
+        # The gateway reads its routing table from the database every second.
+        _wait(lambda: {m.id for m in alpha.models.list()} == {"tiny-chat", "tiny-other"},
+              "the gateway lists both deployments", timeout=10)
         answer = _chat(alpha, "tiny-chat")
         assert answer.choices[0].message.content
         assert answer.usage.prompt_tokens > 0 and answer.usage.completion_tokens > 0
