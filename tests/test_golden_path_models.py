@@ -5,6 +5,7 @@ the official `openai` client — streaming and not, its tokens recorded as usage
 another tenant and past the rate limit; one replica killed answers 503 while the other
 deployment goes on, and the platform restarts it."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -22,9 +23,10 @@ from infra_os.services.tokens import api_token_create
 from mmodel.choices import DeploymentState, VersionStatus
 from mmodel.models import Deployment, DeploymentReplica, GatewayLimit, ModelImport
 from mmodel.selectors.deployments import deployment_state
-from mmodel.services.deployments import deployment_create
+from mmodel.services.deployments import deployment_create, deployment_stop
 from mmodel.services.registry import model_import_start
 from mmodel.tests.tiny import tiny_model
+from podsys.runtime import driver_for
 from tests.processes import job_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -71,6 +73,24 @@ def _ready(deployment: Deployment) -> bool:
 
 
 @pytest.fixture
+def stop_replicas():
+    """Model servers are services: they outlive the test unless stopped. Stopped through the
+    cluster driver at the end (the worker that would carry out a cancel is gone by then), and
+    anything left of their jobs killed."""
+    yield
+    for deployment in Deployment.objects.filter(active=True).select_related("created_by"):
+        # Cancelled first, so that the worker does not restart what is killed below.
+        deployment_stop(actor=deployment.created_by, deployment=deployment)
+    for replica in DeploymentReplica.objects.select_related("job__cluster"):
+        for attempt in replica.job.attempts.all() if replica.job else []:
+            with contextlib.suppress(Exception):
+                driver_for(replica.job.cluster).cancel(attempt.workload_id)
+        for pid in job_processes(replica.job_id) if replica.job_id else []:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
 def import_root(tmp_path, settings, monkeypatch):
     root = tmp_path / "imports"
     root.mkdir()
@@ -88,7 +108,7 @@ def _chat(client: openai.OpenAI, model: str, *, max_tokens: int = 8, **kwargs):
 
 
 def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_root,
-                                                    celery_worker_process):
+                                                    celery_worker_process, stop_replicas):
     member = world.alpha_member
     tiny_model(import_root / "tiny")
     started = model_import_start(actor=member, tenant=world.alpha, model_name="tiny",
