@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 from django.conf import settings
@@ -40,16 +41,16 @@ def _refused(what: str, who: str, limit: int, window_end: float) -> GatewayError
         type=unit, code="rate_limit_exceeded", headers=[retry_after(wait)])
 
 
-class _Counters:
+class _Counters(ABC):
     """The cache operations the limits need; `check` answers (tenant_n, caller_n,
     tenant_tokens, caller_tokens) for the window, having counted this request."""
 
+    @abstractmethod
     async def check(self, keys: tuple[str, str, str, str], count_requests: tuple[bool, bool],
-                    ) -> tuple[int, int, int, int]:
-        raise NotImplementedError
+                    ) -> tuple[int, int, int, int]: ...
 
-    def add_tokens(self, keys: tuple[str, str], tokens: int) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def add_tokens(self, keys: tuple[str, str], tokens: int) -> None: ...
 
 
 class _InProcess(_Counters):
