@@ -424,12 +424,7 @@ class OgaiClient:
     def find_dataset(self, name: str, *, tenant: str | None = None) -> Dataset | None:
         """The dataset called `name` (in `tenant`), or None. Raises when several of your
         tenants have one of that name and no tenant is given."""
-        found = [d for d in self.datasets(tenant=tenant, search=name) if d.name == name]
-        if len(found) > 1:
-            tenants = ", ".join(sorted(d.tenant for d in found))
-            raise OgaiError("ambiguous", f"several of your tenants have a dataset {name!r} "
-                            f"({tenants}): name the tenant")
-        return found[0] if found else None
+        return _one_named(self.datasets(tenant=tenant, search=name), name, "dataset")
 
     def create_dataset(self, name: str, *, kind: str = "text", description: str = "",
                        tenant: str | None = None) -> Dataset:
@@ -598,12 +593,7 @@ class OgaiClient:
     def find_model(self, name: str, *, tenant: str | None = None) -> Model | None:
         """The model called `name` (in `tenant`), or None. Raises when several of your tenants
         have one of that name and no tenant is given."""
-        found = [m for m in self.models(tenant=tenant, name=name) if m.name == name]
-        if len(found) > 1:
-            tenants = ", ".join(sorted(m.tenant for m in found))
-            raise OgaiError("ambiguous", f"several of your tenants have a model {name!r} "
-                            f"({tenants}): name the tenant")
-        return found[0] if found else None
+        return _one_named(self.models(tenant=tenant, name=name), name, "model")
 
     def create_model(self, name: str, *, description: str = "",
                      tenant: str | None = None) -> Model:
@@ -823,16 +813,12 @@ class OgaiClient:
     def find_deployment(self, name: str, *, tenant: str | None = None) -> Deployment:
         """The deployment called `name` (in `tenant`); OgaiError "not_found" when there is
         none, "ambiguous" when several of your tenants have one and no tenant is given."""
-        found = [d for d in self.deployments(tenant=tenant) if d.name == name]
-        if len(found) > 1:
-            tenants = ", ".join(sorted(d.tenant for d in found))
-            raise OgaiError("ambiguous", f"several of your tenants have a deployment {name!r} "
-                            f"({tenants}): name the tenant")
-        if not found:
+        found = _one_named(self.deployments(tenant=tenant), name, "deployment")
+        if found is None:
             where = f" in tenant {tenant}" if tenant else ""
             raise OgaiError("not_found", f"deployment {name}{where} not found (or not visible "
                             "to you); `ogai deploy list` shows yours", status=404)
-        return found[0]
+        return found
 
     def create_deployment(self, name: str, version: int, *, tenant: str | None = None,
                           queue: str | None = None, runtime: str | None = None,
@@ -952,6 +938,17 @@ class OgaiClient:
                 raise OgaiError("timeout", f"{what} is still {item.state} after "
                                 f"{timeout_s:g} s")
             time.sleep(poll_s)
+
+
+def _one_named(rows: Iterable[Any], name: str, what: str) -> Any:
+    """The row called `name`, or None; OgaiError "ambiguous" when several of the caller's
+    tenants have one (and no tenant was named)."""
+    found = [row for row in rows if row.name == name]
+    if len(found) > 1:
+        tenants = ", ".join(sorted(row.tenant for row in found))
+        raise OgaiError("ambiguous", f"several of your tenants have a {what} {name!r} "
+                        f"({tenants}): name the tenant")
+    return found[0] if found else None
 
 
 def parse_version_ref(ref: str) -> tuple[str, int | None]:
