@@ -11,6 +11,16 @@ class AistationConfig(AppConfig):
 
         register_allocation_provider(gpu_allocations)
 
+        from aistation.metrics import JobsCollector
+        from ogai.metrics import register_collector
+
+        register_collector(JobsCollector())
+
+        from aistation.services.evictions import on_node_out_of_service
+        from podsys.signals import node_out_of_service
+
+        node_out_of_service.connect(on_node_out_of_service, dispatch_uid="aistation.evictions")
+
     def seed_demo(self, *, stdout) -> None:
         from aistation.services.demo import demo_seed
 

@@ -12,7 +12,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from frontend.charts import PALETTE, _number
-from frontend.charts_training import WIDTH, _axis, _empty, _open, _tick_text
+from frontend.charts_training import WIDTH, _axis, _empty, _open, _y_grid
 
 # Lineage ----------------------------------------------------------------------------------
 
@@ -235,14 +235,7 @@ def minutes_svg(*, minutes: Sequence[datetime], series: Sequence[tuple[str, Sequ
     def py(value: float) -> float:
         return top_pad + plot_height - plot_height * (value - y_low) / (y_high - y_low)
 
-    tick = y_low
-    while tick <= y_high + y_step / 2:
-        y = py(tick)
-        parts.append(f'<line x1="{left}" x2="{WIDTH - right}" y1="{y:.1f}" y2="{y:.1f}" '
-                     f'stroke="currentColor" stroke-opacity="0.15"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" '
-                     f'fill="currentColor" fill-opacity="0.7">{_tick_text(tick, y_step)}</text>')
-        tick += y_step
+    _y_grid(parts, left=left, right=WIDTH - right, py=py, low=y_low, high=y_high, step=y_step)
     label_every = max(1, math.ceil(count / 8))
     for index, minute in enumerate(minutes):
         if index % label_every == 0:

@@ -163,6 +163,19 @@ def _tick_text(value: float, step: float) -> str:
     return f"{value:.{min(decimals, 6)}f}"
 
 
+def _y_grid(parts: list[str], *, left: float, right: float, py, low: float, high: float,
+            step: float) -> None:
+    """Horizontal grid lines from `low` to `high` every `step`, labelled on the left."""
+    tick = low
+    while tick <= high + step / 2:
+        y = py(tick)
+        parts.append(f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" '
+                     f'stroke="currentColor" stroke-opacity="0.15"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" '
+                     f'fill="currentColor" fill-opacity="0.7">{_tick_text(tick, step)}</text>')
+        tick += step
+
+
 def thin(points: Sequence[tuple[float, float]], most: int = MAX_POINTS):
     """At most `most` points, evenly taken, the first and last kept."""
     if len(points) <= most:
@@ -202,14 +215,7 @@ def line_svg(*, points: Sequence[tuple[float, float]], title: str, unit: str,
     def py(y: float) -> float:
         return TOP + plot_height - plot_height * (y - y_low) / (y_high - y_low)
 
-    tick = y_low
-    while tick <= y_high + y_step / 2:
-        y = py(tick)
-        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
-                     f'stroke="currentColor" stroke-opacity="0.15"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" '
-                     f'fill="currentColor" fill-opacity="0.7">{_tick_text(tick, y_step)}</text>')
-        tick += y_step
+    _y_grid(parts, left=LEFT, right=WIDTH - RIGHT, py=py, low=y_low, high=y_high, step=y_step)
     x_step = max(1.0, _nice_step(x_high - x_low, 6))
     tick = math.ceil(x_low / x_step) * x_step
     while tick <= x_high:

@@ -13,6 +13,8 @@ class NavItem:
     url_name: str
     # Other pages under this item, so it stays highlighted there.
     also_for: tuple[str, ...] = ()
+    # Shown to platform admins only, in a section everyone sees.
+    operators_only: bool = False
 
     @property
     def url(self) -> str:
@@ -71,7 +73,15 @@ SECTIONS = (
                  "frontend:profile-create", "frontend:profile-edit")),
     ), operators_only=True),
     NavSection("Clusters", "L1", (
-        NavItem("Clusters", "frontend:clusters", ("frontend:cluster", "frontend:cluster-create")),
+        NavItem("Clusters", "frontend:clusters",
+                ("frontend:cluster", "frontend:cluster-create", "frontend:node",
+                 "frontend:cluster-accounts")),
+        NavItem("Stack profiles", "frontend:stack-profiles",
+                ("frontend:stack-profile-create", "frontend:stack-profile-edit"),
+                operators_only=True),
+        NavItem("Deployments", "frontend:deployment-runs",
+                ("frontend:deployment-run", "frontend:deployment-run-create"),
+                operators_only=True),
     )),
     NavSection("Jobs", "L2", (
         NavItem("Jobs", "frontend:jobs", ("frontend:job", "frontend:job-submit")),
@@ -110,7 +120,7 @@ def navigation(request) -> list[NavSectionLinks]:
         NavSectionLinks(
             section.label, section.layer,
             tuple(NavLink(item.label, item.url, item.is_active(view_name))
-                  for item in section.items),
+                  for item in section.items if operator or not item.operators_only),
         )
         for section in SECTIONS
         if operator or not section.operators_only

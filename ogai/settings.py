@@ -63,6 +63,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so /metrics counts and times every request whole.
+    "ogai.metrics.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "ogai.request_context.RequestContextMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -158,7 +160,8 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if PRODUCTION else
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = PRODUCTION
 SECURE_HSTS_PRELOAD = PRODUCTION
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+# Probes and Prometheus scrapes come over plain HTTP from inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 X_FRAME_OPTIONS = "DENY"
 
 LOGGING = {
@@ -218,6 +221,11 @@ SPECTACULAR_SETTINGS = {
         "TrainingKindEnum": "ylink.choices.TrainingKind",
         "RunnerEventKindEnum": "ylink.choices.RUNNER_EVENT_KINDS",
         "BenchmarkKindEnum": "mmodel.choices.BenchmarkKind",
+        "DeploymentStateEnum": "podsys.choices.DeploymentState",
+        "DeploymentTaskStatusEnum": "podsys.choices.TaskStatus",
+        # Named once a second `status` choice set (deployment task results) appeared.
+        "VersionStatusEnum": "mmodel.choices.VersionStatus",
+        "DeploymentHostStateEnum": "podsys.selectors_stack.HOST_STATE_CHOICES",
     },
 }
 
@@ -263,6 +271,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "sweep-leases": {"task": "infra_os.sweep_leases", "schedule": 60.0},
     "watch-deployments": {"task": "mmodel.watch_deployments",
                           "schedule": float(env_str("OGAI_DEPLOYMENT_WATCH_S", "5"))},
+    "collect-node-metrics": {"task": "podsys.collect_metrics",
+                             "schedule": float(env_str("OGAI_METRICS_INTERVAL_S", "30"))},
+    "run-health-checks": {"task": "podsys.run_health_checks", "schedule": 30.0},
+    "sweep-deployment-runs": {"task": "podsys.sweep_deployment_runs", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = TIME_ZONE
@@ -336,6 +348,51 @@ OGAI_GATEWAY_TENANT_RPM = env_int("OGAI_GATEWAY_TENANT_RPM", 600)
 OGAI_GATEWAY_TENANT_TPM = env_int("OGAI_GATEWAY_TENANT_TPM", 200000)
 OGAI_GATEWAY_TOKEN_RPM = env_int("OGAI_GATEWAY_TOKEN_RPM", 300)
 OGAI_GATEWAY_TOKEN_TPM = env_int("OGAI_GATEWAY_TOKEN_TPM", 100000)
+
+# PODsys. Stack and accounts deployments: the SSH user and private key Ansible reaches nodes
+# with (a node at localhost/127.0.0.1, or of the local cluster, is reached without SSH), and
+# how many nodes it works on at once.
+OGAI_ANSIBLE_SSH_USER = env_str("OGAI_ANSIBLE_SSH_USER", "root")
+OGAI_ANSIBLE_SSH_KEY_FILE = env_str("OGAI_ANSIBLE_SSH_KEY_FILE", "")
+OGAI_ANSIBLE_FORKS = env_int("OGAI_ANSIBLE_FORKS", 20)
+# Slurm stack deployments copy this munge key (a file on the OGAI host) to every node; empty:
+# the nodes' munge must already be keyed.
+OGAI_SLURM_MUNGE_KEY_FILE = env_str("OGAI_SLURM_MUNGE_KEY_FILE", "")
+# Cluster accounts get UIDs and GIDs counting up from these, the same on every node.
+OGAI_CLUSTER_UID_START = env_int("OGAI_CLUSTER_UID_START", 20000)
+OGAI_CLUSTER_GID_START = env_int("OGAI_CLUSTER_GID_START", 20000)
+# Node metrics: a Prometheus server to query (its base URL) when the cluster has one (DCGM
+# exporter and node exporter scraped there); without it OGAI scrapes the nodes itself every
+# OGAI_METRICS_INTERVAL_S and keeps this many hours.
+OGAI_PROMETHEUS_URL = env_str("OGAI_PROMETHEUS_URL", "")
+OGAI_METRICS_HISTORY_H = float(env_str("OGAI_METRICS_HISTORY_H", "24"))
+# OGAI's own /metrics: with a token set, Prometheus sends it as a Bearer token (from anywhere);
+# without one, only clients in these networks (CIDRs; loopback and private ranges) may read it.
+OGAI_METRICS_TOKEN = env_str("OGAI_METRICS_TOKEN", "")
+OGAI_METRICS_NETWORKS = env_list(
+    "OGAI_METRICS_NETWORKS",
+    ["127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"])
+# Health checks by name, like the cluster drivers: a dotted path to a `HealthCheck` class.
+OGAI_HEALTH_CHECKS = {
+    "gpu-presence": "podsys.health.checks.GpuPresence",
+    "driver-version": "podsys.health.checks.DriverVersion",
+    "remapped-rows": "podsys.health.checks.RemappedRows",
+    "power-slowdown": "podsys.health.checks.PowerSlowdown",
+    "pcie-bandwidth": "podsys.health.checks.PcieBandwidth",
+    "dcgm-diag": "podsys.health.checks.DcgmDiag",
+    "nccl-allreduce": "podsys.health.checks.NcclAllReduce",
+    "network": "podsys.health.checks.NetworkReachability",
+}
+# A fatal check cordons a node after failing this many runs in a row (a failure is re-run at
+# once to confirm it); the node returns after the check passes this many times in a row.
+OGAI_HEALTH_CORDON_AFTER = env_int("OGAI_HEALTH_CORDON_AFTER", 2)
+OGAI_HEALTH_RETURN_AFTER = env_int("OGAI_HEALTH_RETURN_AFTER", 1)
+# Checks never cordon more than this fraction of a cluster's nodes (at least one node).
+OGAI_HEALTH_MAX_CORDONED_FRACTION = float(env_str("OGAI_HEALTH_MAX_CORDONED_FRACTION", "0.25"))
+# The image health-check workloads run in where the driver runs images (Kubernetes): it needs
+# Python with OGAI's `podsys` package and nvidia-ml-py (torch for the bandwidth checks); blank:
+# the cluster's `default_image`.
+OGAI_HEALTH_CHECK_IMAGE = env_str("OGAI_HEALTH_CHECK_IMAGE", "")
 
 # Bare-metal servers: BMC drivers by name, each call's timeout and its retries on transient
 # failures (unreachable, garbled answers).

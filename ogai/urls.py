@@ -5,7 +5,7 @@ from django.template.loader import render_to_string
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from ogai import health
+from ogai import health, metrics
 from ogai.api.errors import json_error
 
 admin.site.site_header = "OGAI administration"
@@ -15,6 +15,7 @@ admin.site.index_title = "Operators' administration"
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -782,12 +782,13 @@ def build_parser() -> ArgumentParser:
     status.add_argument("--tenant", help="only this tenant")
     status.add_argument("--json", action="store_true", help="print the API's JSON")
 
-    # YLink (`dataset`, `pipeline`, `train`) and MModel (`model`, `benchmark`, `eval`, `deploy`,
-    # `chat`) live in their own modules, which build on this one.
-    from ogai_client import mmodel, ylink
+    # YLink (`dataset`, `pipeline`, `train`), MModel (`model`, `benchmark`, `eval`, `deploy`,
+    # `chat`) and PODsys (`node`, `stack`) live in their own modules, which build on this one.
+    from ogai_client import mmodel, podsys, ylink
 
     ylink.add_commands(commands, command)
     mmodel.add_commands(commands, command)
+    podsys.add_commands(commands, command)
     return parser
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -32,21 +33,27 @@ from ogai_client.models import (
     Dataset,
     DatasetVersion,
     Deployment,
+    DeploymentGrid,
+    DeploymentRun,
     DeploymentStat,
     EvaluationRun,
     EvaluationSample,
+    HealthCheckRun,
+    HealthCheckType,
     Job,
     JobLogs,
     LeaderboardRow,
     Model,
     ModelImport,
     ModelVersion,
+    Node,
     Notebook,
     Page,
     PipelineRun,
     Queue,
     Quota,
     Sample,
+    StackProfile,
     TrainingMetric,
     TrainingRun,
     User,
@@ -60,6 +67,7 @@ INFRA = "/api/v1/infra-os"
 AISTATION = "/api/v1/aistation"
 YLINK = "/api/v1/ylink"
 MMODEL = "/api/v1/mmodel"
+PODSYS = "/api/v1/podsys"
 GATEWAY = "/v1"  # the OpenAI-compatible gateway, with the same API token
 PAGE_SIZE = 200  # the API caps a page at 500
 DEFAULT_TOKEN_NAME = "ogai client"
@@ -860,6 +868,178 @@ class OgaiClient:
         return [DeploymentStat.from_api(row) for row in _rows(self._request(
             "GET", f"{MMODEL}/deployments/{int(deployment_id)}/stats/",
             params={"minutes": minutes}))]
+
+    # -- PODsys: nodes and health checks ------------------------------------------------------
+
+    def nodes(self, *, cluster: str | None = None, name: str | None = None,
+              health: str | None = None) -> list[Node]:
+        """Nodes of the clusters you may run on (of one cluster, by its name), every page,
+        with their GPUs allocated and their health."""
+        params = {key: value for key, value in
+                  (("cluster", cluster), ("name", name), ("health", health)) if value}
+        found = self._all(f"{PODSYS}/nodes/", params, Node.from_api, key=lambda n: n.id)
+        # The list may not filter by name: only that name, exactly.
+        return [node for node in found if not name or node.name == name]
+
+    def node(self, node_id: int) -> Node:
+        return Node.from_api(self._request("GET", f"{PODSYS}/nodes/{int(node_id)}/"))
+
+    def find_node(self, name: str, *, cluster: str | None = None) -> Node:
+        """The node called `name` (in `cluster`); OgaiError "not_found" when there is none,
+        "ambiguous" when several clusters have one and no cluster is given."""
+        found = self.nodes(cluster=cluster, name=name)
+        if len(found) > 1:
+            clusters = ", ".join(sorted(node.cluster for node in found))
+            raise OgaiError("ambiguous", f"several clusters have a node {name!r} ({clusters}): "
+                            "name the cluster (--cluster)")
+        if not found:
+            where = f" in cluster {cluster}" if cluster else ""
+            raise OgaiError("not_found", f"node {name}{where} not found (or not visible to "
+                            "you); `ogai node list` shows the nodes", status=404)
+        return found[0]
+
+    def cordon_node(self, node_id: int, *, reason: str = "") -> Node:
+        """Take a node out of service (platform admins): running work stays, nothing new is
+        placed there, and passing health checks never put it back."""
+        return Node.from_api(self._request("POST", f"{PODSYS}/nodes/{int(node_id)}/cordon/",
+                                           json={"reason": reason}))
+
+    def uncordon_node(self, node_id: int) -> Node:
+        return Node.from_api(self._request("POST", f"{PODSYS}/nodes/{int(node_id)}/uncordon/"))
+
+    def check_node(self, node_id: int, check: str | None = None) -> list[HealthCheckRun]:
+        """Run a health check on a node now (platform admins); without `check`, every
+        single-node check. Returns the runs, pending until they start (a check already pending
+        or running there is returned rather than started twice)."""
+        data = self._request("POST", f"{PODSYS}/nodes/{int(node_id)}/check/",
+                             json={"check": check or ""})
+        return [HealthCheckRun.from_api(item) for item in _rows(data)]
+
+    def node_metrics(self, node_id: int, *, names: Iterable[str] | None = None,
+                     since_s: int | None = None) -> dict[str, dict[str, list[tuple[float,
+                                                                                  float]]]]:
+        """A node's metrics over the last `since_s` seconds (server default 3600): {metric:
+        {GPU index (or CPU mode, device, ""): [(unix time, value), ...]}}; `names` are DCGM
+        or node-exporter names (default: every metric the platform knows)."""
+        params: dict[str, Any] = {}
+        if names:
+            params["names"] = ",".join(names)
+        if since_s is not None:
+            params["since"] = int(since_s)
+        data = self._request("GET", f"{PODSYS}/nodes/{int(node_id)}/metrics/", params=params)
+        if not isinstance(data, dict):
+            raise OgaiError("bad_response", "the server answered no metrics; is this OGAI?")
+        return {str(name): {str(key): [(float(p[0]), float(p[1])) for p in points
+                                       if isinstance(p, list | tuple) and len(p) == 2]
+                            for key, points in (series or {}).items()}
+                for name, series in data.items() if isinstance(series, dict)}
+
+    def health_check_types(self) -> list[HealthCheckType]:
+        """The checks the platform runs, in the order they are configured."""
+        return [HealthCheckType.from_api(item) for item in
+                _rows(self._request("GET", f"{PODSYS}/health-check-types/"))]
+
+    def health_check_runs(self, *, node: int | None = None, check_name: str | None = None,
+                          state: str | None = None, cluster: str | None = None,
+                          limit: int | None = 50) -> list[HealthCheckRun]:
+        """Health check runs, newest first: the newest `limit`, or every page with None (the
+        history is long)."""
+        params = {key: value for key, value in
+                  (("node", node), ("check_name", check_name), ("state", state),
+                   ("cluster", cluster)) if value}
+        if limit is None:
+            return self._all(f"{PODSYS}/health-checks/", params, HealthCheckRun.from_api,
+                             key=lambda run: run.id)
+        return self._page(f"{PODSYS}/health-checks/", params, HealthCheckRun.from_api,
+                          limit=limit, offset=0).results
+
+    def health_check_run(self, run_id: int) -> HealthCheckRun:
+        return HealthCheckRun.from_api(
+            self._request("GET", f"{PODSYS}/health-checks/{int(run_id)}/"))
+
+    def node_health(self, node_id: int) -> dict[str, HealthCheckRun | None]:
+        """Each configured check's newest run on the node (None: never run there), in the
+        order the checks are configured."""
+        latest: dict[str, HealthCheckRun | None] = {}
+        for check in self.health_check_types():
+            runs = self.health_check_runs(node=node_id, check_name=check.name, limit=1)
+            latest[check.name] = runs[0] if runs else None
+        return latest
+
+    # -- PODsys: stack profiles and deployment runs -------------------------------------------
+
+    def stack_profiles(self) -> list[StackProfile]:
+        """The software-stack profiles (shown to platform admins; everyone else sees none)."""
+        return self._all(f"{PODSYS}/stack-profiles/", {}, StackProfile.from_api,
+                         key=lambda p: p.id)
+
+    def stack_profile(self, name: str) -> StackProfile:
+        return StackProfile.from_api(
+            self._request("GET", f"{PODSYS}/stack-profiles/{quote(name, safe='')}/"))
+
+    def create_stack_profile(self, profile: dict) -> StackProfile:
+        """A new profile from its fields (name, driver_version, cuda_version, …); the server
+        checks it against the compatibility matrix and names the field it refuses."""
+        if not isinstance(profile, dict):
+            raise OgaiError("invalid", "a stack profile is a mapping of fields (name, "
+                            "driver_version, cuda_version, …)")
+        return StackProfile.from_api(self._request("POST", f"{PODSYS}/stack-profiles/",
+                                                   json=profile))
+
+    def deployment_run_page(self, *, cluster: str | None = None, state: str | None = None,
+                            profile: str | None = None, limit: int = 50,
+                            offset: int = 0) -> Page[DeploymentRun]:
+        """One page of deployment runs, newest first (platform admins; others see none)."""
+        params = {key: value for key, value in
+                  (("cluster", cluster), ("state", state), ("profile", profile)) if value}
+        return self._page(f"{PODSYS}/deployment-runs/", params, DeploymentRun.from_api,
+                          limit=limit, offset=offset)
+
+    def deployment_runs(self, *, cluster: str | None = None, state: str | None = None,
+                        profile: str | None = None) -> list[DeploymentRun]:
+        """Deployment runs, newest first, every page."""
+        params = {key: value for key, value in
+                  (("cluster", cluster), ("state", state), ("profile", profile)) if value}
+        return self._all(f"{PODSYS}/deployment-runs/", params, DeploymentRun.from_api,
+                         key=lambda run: run.id)
+
+    def deployment_run(self, run_id: int) -> DeploymentRun:
+        return DeploymentRun.from_api(
+            self._request("GET", f"{PODSYS}/deployment-runs/{int(run_id)}/"))
+
+    def deploy_stack(self, profile: str, *, cluster: str, hosts: Iterable[str],
+                     check_mode: bool = False,
+                     extra_vars: dict | None = None) -> DeploymentRun:
+        """Queue a deployment of the profile (its name) to nodes (names) of a cluster;
+        `check_mode` reports what would change and changes nothing."""
+        body: dict[str, Any] = {"cluster": cluster, "profile": profile, "hosts": list(hosts),
+                                "check_mode": bool(check_mode)}
+        if extra_vars:
+            body["extra_vars"] = dict(extra_vars)
+        return DeploymentRun.from_api(self._request("POST", f"{PODSYS}/deployment-runs/",
+                                                    json=body))
+
+    def rerun_failed_deployment_run(self, run_id: int) -> DeploymentRun:
+        """A new run of an ended run on only its nodes that failed or were unreachable."""
+        return DeploymentRun.from_api(self._request(
+            "POST", f"{PODSYS}/deployment-runs/{int(run_id)}/rerun-failed/"))
+
+    def cancel_deployment_run(self, run_id: int) -> DeploymentRun:
+        return DeploymentRun.from_api(
+            self._request("POST", f"{PODSYS}/deployment-runs/{int(run_id)}/cancel/"))
+
+    def deployment_run_results(self, run_id: int) -> DeploymentGrid:
+        """The run's task results as a grid: a row per node, a cell per task."""
+        data = self._request("GET", f"{PODSYS}/deployment-runs/{int(run_id)}/results/")
+        if not isinstance(data, dict):
+            raise OgaiError("bad_response", "the server answered no results; is this OGAI?")
+        return DeploymentGrid.from_api(data)
+
+    def wait_deployment_run(self, run_id: int, *, poll_s: float = 2.0,
+                            timeout_s: float | None = None) -> DeploymentRun:
+        """Poll until the run ends (succeeded, failed or cancelled) and return it."""
+        return self._poll(lambda: self.deployment_run(run_id), f"deployment run {run_id}",
+                          poll_s, timeout_s)
 
     # -- the gateway (OpenAI-compatible, at /v1/) ---------------------------------------------
 

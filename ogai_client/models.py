@@ -975,3 +975,258 @@ class DeploymentStat:
                    latency_ms_mean=_float(data.get("latency_ms_mean")),
                    latency_ms_p50=_float(data.get("latency_ms_p50")),
                    latency_ms_p99=_float(data.get("latency_ms_p99")))
+
+
+# -- PODsys: nodes, health checks, stack deployments --------------------------------------------
+
+CHECK_FINAL_STATES = frozenset({"passed", "failed", "error"})
+DEPLOYMENT_FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class Node:
+    """A machine of a cluster as its driver last reported it. `health`: healthy, not_ready or
+    lost; `schedulable` False when cordoned, `cordon_source` saying by whom (operator,
+    health_check, check_running) and `health_reason` why."""
+
+    id: int
+    name: str
+    cluster: str = ""
+    gpus: int = 0
+    gpus_allocated: int = 0
+    gpus_in_use: int | None = None
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    cpu_cores: float = 0.0
+    memory_mib: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    health: str = ""
+    health_reason: str = ""
+    schedulable: bool = True
+    cordon_source: str = ""
+    address: str = ""
+    last_seen_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def gpus_used(self) -> int:
+        """GPUs held on it: the platform's allocations, or more where the cluster reports
+        other users' work too."""
+        return max(self.gpus_allocated, self.gpus_in_use or 0)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Node:
+        in_use = data.get("gpus_in_use")
+        return cls(
+            id=data["id"], name=data.get("name", ""), cluster=data.get("cluster") or "",
+            gpus=_int(data.get("gpus")), gpus_allocated=_int(data.get("gpus_allocated")),
+            gpus_in_use=_int(in_use) if in_use is not None else None,
+            gpu_model=data.get("gpu_model") or "",
+            gpu_memory_mib=_int(data.get("gpu_memory_mib")),
+            cpu_cores=_float(data.get("cpu_cores")) or 0.0,
+            memory_mib=_int(data.get("memory_mib")), labels=dict(data.get("labels") or {}),
+            health=data.get("health") or "", health_reason=data.get("health_reason") or "",
+            schedulable=bool(data.get("schedulable", True)),
+            cordon_source=data.get("cordon_source") or "", address=data.get("address") or "",
+            last_seen_at=parse_time(data.get("last_seen_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class HealthCheckRun:
+    """One run of one check on one node. `state`: pending, running, passed, failed, or error
+    (it could not be carried out, which says nothing of the node); `summary` is the verdict in
+    words."""
+
+    id: int
+    check_name: str
+    state: str
+    node: int | None = None
+    node_name: str = ""
+    cluster: str = ""
+    severity: str = ""
+    trigger: str = ""
+    summary: str = ""
+    details: dict = field(default_factory=dict)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in CHECK_FINAL_STATES
+
+    @classmethod
+    def from_api(cls, data: dict) -> HealthCheckRun:
+        return cls(
+            id=data["id"], check_name=data.get("check_name") or "",
+            state=data.get("state") or "", node=data.get("node"),
+            node_name=data.get("node_name") or "", cluster=data.get("cluster") or "",
+            severity=data.get("severity") or "", trigger=data.get("trigger") or "",
+            summary=data.get("summary") or "", details=dict(data.get("details") or {}),
+            created_at=parse_time(data.get("created_at")),
+            started_at=parse_time(data.get("started_at")),
+            finished_at=parse_time(data.get("finished_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class HealthCheckType:
+    """A check the platform runs: `severity` fatal (a confirmed failure cordons the node) or
+    warning; `exclusive` checks wait for the node's GPUs to be free."""
+
+    name: str
+    label: str = ""
+    severity: str = ""
+    interval_s: float = 0.0
+    timeout_s: float = 0.0
+    exclusive: bool = False
+    multi_node: bool = False
+
+    @classmethod
+    def from_api(cls, data: dict) -> HealthCheckType:
+        return cls(name=data.get("name") or "", label=data.get("label") or "",
+                   severity=data.get("severity") or "",
+                   interval_s=_float(data.get("interval_s")) or 0.0,
+                   timeout_s=_float(data.get("timeout_s")) or 0.0,
+                   exclusive=bool(data.get("exclusive")),
+                   multi_node=bool(data.get("multi_node")))
+
+
+@dataclass(frozen=True)
+class StackProfile:
+    """The software stack a node runs, checked against the platform's compatibility matrix."""
+
+    id: int
+    name: str
+    description: str = ""
+    os_family: str = ""
+    driver_version: str = ""
+    cuda_version: str = ""
+    cudnn_version: str = ""
+    nccl_version: str = ""
+    ofed_version: str = ""
+    container_runtime: str = ""
+    container_toolkit_version: str = ""
+    dcgm_version: str = ""
+    orchestrator: str = ""
+    orchestrator_version: str = ""
+    offline_mirror: str = ""
+    deployment_count: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> StackProfile:
+        text = {name: data.get(name) or "" for name in (
+            "description", "os_family", "driver_version", "cuda_version", "cudnn_version",
+            "nccl_version", "ofed_version", "container_runtime", "container_toolkit_version",
+            "dcgm_version", "orchestrator", "orchestrator_version", "offline_mirror")}
+        return cls(id=data["id"], name=data.get("name", ""), **text,
+                   deployment_count=_int(data.get("deployment_count")),
+                   created_at=parse_time(data.get("created_at")),
+                   updated_at=parse_time(data.get("updated_at")), raw=data)
+
+
+@dataclass(frozen=True)
+class DeploymentRun:
+    """An Ansible run of a stack profile (or of an accounts push) against nodes of a cluster.
+    `state`: queued, running, succeeded, failed or cancelled; `failed_tasks` counts failed or
+    unreachable task results."""
+
+    id: int
+    state: str
+    cluster: str = ""
+    kind: str = ""
+    profile: str = ""
+    playbook: str = ""
+    hosts: list[str] = field(default_factory=list)
+    check_mode: bool = False
+    rerun_of: int | None = None
+    created_by: str = ""
+    message: str = ""
+    rc: int | None = None
+    stats: dict = field(default_factory=dict)
+    failed_tasks: int = 0
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in DEPLOYMENT_FINAL_STATES
+
+    @classmethod
+    def from_api(cls, data: dict) -> DeploymentRun:
+        return cls(
+            id=data["id"], state=data.get("state") or "", cluster=data.get("cluster") or "",
+            kind=data.get("kind") or "", profile=data.get("profile") or "",
+            playbook=data.get("playbook") or "", hosts=list(data.get("hosts") or []),
+            check_mode=bool(data.get("check_mode")), rerun_of=data.get("rerun_of"),
+            created_by=data.get("created_by") or "", message=data.get("message") or "",
+            rc=data.get("rc"), stats=dict(data.get("stats") or {}),
+            failed_tasks=_int(data.get("failed_tasks")),
+            created_at=parse_time(data.get("created_at")),
+            started_at=parse_time(data.get("started_at")),
+            finished_at=parse_time(data.get("finished_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """One task on one node: `status` running, ok, changed, skipped, failed or unreachable."""
+
+    status: str
+    changed: bool = False
+    output: str = ""
+    duration_s: float | None = None
+
+    @classmethod
+    def from_api(cls, data: dict) -> GridCell:
+        return cls(status=data.get("status") or "", changed=bool(data.get("changed")),
+                   output=data.get("output") or "", duration_s=_float(data.get("duration_s")))
+
+
+@dataclass(frozen=True)
+class GridHost:
+    """A node's row: its `state` (pending, running, ok, failed, unreachable), a cell per task
+    (None where it has not reached that task), and the task it failed at with its output."""
+
+    host: str
+    state: str
+    cells: list[GridCell | None] = field(default_factory=list)
+    failed_task: str = ""
+    output: str = ""
+
+    def count(self, status: str) -> int:
+        return sum(1 for cell in self.cells if cell is not None and cell.status == status)
+
+    @classmethod
+    def from_api(cls, data: dict) -> GridHost:
+        return cls(host=data.get("host") or "", state=data.get("state") or "",
+                   cells=[GridCell.from_api(cell) if isinstance(cell, dict) else None
+                          for cell in data.get("cells") or []],
+                   failed_task=data.get("failed_task") or "", output=data.get("output") or "")
+
+
+@dataclass(frozen=True)
+class DeploymentGrid:
+    """A deployment run's results: `tasks` ({"position", "task", "role"}) in the order they
+    first started, and a row per node."""
+
+    tasks: list[dict] = field(default_factory=list)
+    hosts: list[GridHost] = field(default_factory=list)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def task_name(self, index: int) -> str:
+        """The name of the task in column `index`."""
+        return str(self.tasks[index].get("task") or "") if 0 <= index < len(self.tasks) else ""
+
+    @classmethod
+    def from_api(cls, data: dict) -> DeploymentGrid:
+        return cls(tasks=[t for t in data.get("tasks") or [] if isinstance(t, dict)],
+                   hosts=[GridHost.from_api(h) for h in data.get("hosts") or []
+                          if isinstance(h, dict)], raw=data)

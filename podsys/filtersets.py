@@ -12,9 +12,10 @@ class ClusterFilterSet(django_filters.FilterSet):
 
 class NodeFilterSet(django_filters.FilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
+    name = django_filters.CharFilter(label="Node name")
     health = django_filters.ChoiceFilter(choices=NodeHealth.choices)
     gpu_model = django_filters.CharFilter()
 
     class Meta:
         model = Node
-        fields = ["cluster", "health", "gpu_model", "schedulable"]
+        fields = ["cluster", "name", "health", "gpu_model", "schedulable"]

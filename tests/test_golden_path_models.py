@@ -143,9 +143,13 @@ def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_r
         streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert len([c for c in chunks if c.choices]) > 1 and streamed
 
-        records = _wait(lambda: list(UsageRecord.objects.filter(
-            tenant=world.alpha, kind=UsageRecord.Kind.TOKENS, model_name="tiny-chat")),
-            "the gateway records the usage", timeout=30)
+        def usage_records():
+            return list(UsageRecord.objects.filter(
+                tenant=world.alpha, kind=UsageRecord.Kind.TOKENS, model_name="tiny-chat"))
+
+        # The two calls' records may be written by different flushes: wait for both.
+        _wait(lambda: len(usage_records()) >= 2, "the gateway records the usage", timeout=30)
+        records = usage_records()
         assert len(records) == 2
         assert answer.usage.prompt_tokens in {r.prompt_tokens for r in records}
         assert all(r.completion_tokens > 0 for r in records)

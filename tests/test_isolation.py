@@ -32,7 +32,15 @@ from mmodel.models import (
     ModelImport,
     ModelVersion,
 )
-from podsys.models import Cluster, Node
+from podsys.models import (
+    Cluster,
+    ClusterGroup,
+    ClusterUser,
+    DeploymentRun,
+    HealthCheckRun,
+    Node,
+    StackProfile,
+)
 from tests.api_routes import api_routes
 from tests.factories import (
     ApiTokenFactory,
@@ -111,7 +119,8 @@ def _benchmark(tenant):
 
 
 # The operator's own resources, of no tenant: members of any tenant see none of them.
-OPERATOR_ONLY = {Server, Rack, ProvisioningProfile, ProvisioningBatch}
+OPERATOR_ONLY = {Server, Rack, ProvisioningProfile, ProvisioningBatch, ClusterUser, ClusterGroup,
+                 DeploymentRun, StackProfile}
 
 # model → how to make an object that belongs to (tenant, user)
 OWNED_OBJECTS = {
@@ -155,6 +164,18 @@ OWNED_OBJECTS = {
     EvaluationRun: lambda tenant, user: EvaluationRun.objects.create(
         tenant=tenant, created_by=user, name="eval", version=_model_version(tenant),
         job=_run_job(tenant, user)),
+    ClusterUser: lambda tenant, user: ClusterUser.objects.create(
+        cluster=_tenant_cluster(tenant), username=f"{tenant.name}-user", uid=20000),
+    ClusterGroup: lambda tenant, user: ClusterGroup.objects.create(
+        cluster=_tenant_cluster(tenant), name=f"{tenant.name}-group", gid=20000),
+    DeploymentRun: lambda tenant, user: DeploymentRun.objects.create(
+        cluster=_tenant_cluster(tenant), kind="stack", playbook="stack.yml"),
+    HealthCheckRun: lambda tenant, user: HealthCheckRun.objects.create(
+        node=NodeFactory(cluster=_tenant_cluster(tenant)), check_name="gpu-presence",
+        severity="fatal"),
+    StackProfile: lambda tenant, user: StackProfile.objects.get_or_create(
+        name=f"{tenant.name}-stack", defaults={"driver_version": "550.127.05",
+                                               "cuda_version": "12.4"})[0],
     Deployment: lambda tenant, user: Deployment.objects.create(
         tenant=tenant, created_by=user, name="chat", version=_model_version(tenant),
         queue=QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant))),
@@ -163,6 +184,7 @@ OWNED_OBJECTS = {
 TENANT_OF = {
     Tenant: lambda row: row,
     Node: lambda row: row.cluster.tenant,
+    HealthCheckRun: lambda row: row.node.cluster.tenant,
     PricingPlan: lambda row: row.tenants.first(),
     DatasetVersion: lambda row: row.dataset.tenant,
     ModelVersion: lambda row: row.model.tenant,

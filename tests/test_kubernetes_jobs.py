@@ -74,6 +74,8 @@ def test_nodes_come_from_the_api_with_gpu_labels_taints_and_allocations(kube):
     assert node.gpu_model == node.labels["nvidia.com/gpu.product"] != ""
     assert node.gpu_memory_mib > 0
     assert node.gpus_in_use == 0
+    # Where Ansible and metrics scrapes reach it: its InternalIP.
+    assert node.address.startswith("192.168.0.")
 
 
 def test_a_four_replica_job_is_one_indexed_job_and_a_headless_service_and_succeeds(kube):

@@ -9,13 +9,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from frontend.access import console_access, current_tenant
 from frontend.forms import ClusterCreateForm, add_service_errors
 from frontend.lists import list_response
-from frontend.responses import wants_partial
+from frontend.responses import safe_next, wants_partial
 from frontend.tables_jobs import ClusterTable
 from infra_os.selectors import tenant_list
 from podsys.allocations import gpu_allocations
@@ -150,7 +151,8 @@ def node_schedulable(request, name: str, pk: int):
     else:
         messages.success(request, f"Node {node.name} cordoned: what runs there goes on; "
                          "nothing new is placed on it.")
-    return redirect("frontend:cluster", name=cluster.name)
+    # The node's own page sends `next` to come back to it.
+    return redirect(safe_next(request, reverse("frontend:cluster", args=[cluster.name])))
 
 
 @login_required

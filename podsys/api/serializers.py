@@ -69,6 +69,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "health",
             "health_reason",
             "schedulable",
+            "cordon_source",
+            "address",
             "last_seen_at",
         ]
 

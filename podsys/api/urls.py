@@ -1,10 +1,20 @@
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from podsys.api import views
+from podsys.api import accounts, health, stack, views
 
 router = SimpleRouter(trailing_slash=True)
 router.register("clusters", views.ClusterViewSet, basename="cluster")
 router.register("nodes", views.NodeViewSet, basename="node")
+router.register("cluster-users", accounts.ClusterUserViewSet, basename="cluster-user")
+router.register("cluster-groups", accounts.ClusterGroupViewSet, basename="cluster-group")
+router.register("health-checks", health.HealthCheckRunViewSet, basename="health-check")
+router.register("stack-profiles", stack.StackProfileViewSet, basename="stack-profile")
+router.register("deployment-runs", stack.DeploymentRunViewSet, basename="deployment-run")
 
 app_name = "podsys-api"
-urlpatterns = router.urls
+urlpatterns = [
+    path("health-check-types/", health.HealthCheckTypesView.as_view(),
+         name="health-check-types"),
+    *router.urls,
+]

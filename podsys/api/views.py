@@ -1,11 +1,14 @@
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.response import Response
 
 from infra_os.api.viewsets import ScopedViewSet
 from podsys import selectors
 from podsys.allocations import gpu_allocations
 from podsys.api import serializers as s
+from podsys.api.metrics import metrics_schema, node_metrics_response
+from podsys.api.serializers_health import HealthCheckRunSerializer, NodeCheckSerializer
 from podsys.filtersets import ClusterFilterSet, NodeFilterSet
 from podsys.services.clusters import (
     cluster_check_connection,
@@ -13,6 +16,7 @@ from podsys.services.clusters import (
     cluster_sync_nodes,
     node_set_schedulable,
 )
+from podsys.services.health import health_check_run_now
 from podsys.services.servers import server_join_cluster, server_leave_cluster
 
 
@@ -74,10 +78,10 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
 
     selector = selectors.node_list
     output_serializer_class = s.NodeSerializer
-    input_serializer_classes = {"cordon": s.NodeCordonSerializer}
+    input_serializer_classes = {"cordon": s.NodeCordonSerializer, "check": NodeCheckSerializer}
     filterset_class = NodeFilterSet
     tenant_field = "cluster__tenant"
-    platform_admin_actions = ("cordon", "uncordon")
+    platform_admin_actions = ("cordon", "uncordon", "check")
 
     def get_serializer_context(self):
         context = super().get_serializer_context()
@@ -109,3 +113,21 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
     def uncordon(self, request, pk=None):
         node = node_set_schedulable(actor=request.user, node=self.get_object(), schedulable=True)
         return self.respond(node)
+
+    @extend_schema(request=NodeCheckSerializer, responses={202: OpenApiResponse(
+        HealthCheckRunSerializer(many=True), description="The runs, pending until they start.")})
+    @action(detail=True, methods=["post"])
+    def check(self, request, pk=None):
+        """Run a health check on the node now (blank: every single-node check). The runs
+        start within seconds; follow them under /health-checks/?node={id}."""
+        runs = health_check_run_now(actor=request.user, node=self.get_object(),
+                                    check_name=self.validated_input()["check"] or None)
+        return Response(HealthCheckRunSerializer(runs, many=True).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+    @metrics_schema
+    @action(detail=True, methods=["get"])
+    def metrics(self, request, pk=None):
+        """The node's GPU and OS metrics over time (DCGM exporter and node exporter names),
+        from Prometheus where one is configured, else from the history OGAI keeps."""
+        return node_metrics_response(request, self.get_object())

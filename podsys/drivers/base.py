@@ -39,6 +39,8 @@ class NodeInfo:
     # GPUs held on it by anything, the platform's work or not, where the cluster says (None:
     # only the platform uses the node).
     gpus_allocated: int | None = None
+    # Where it is reached (Ansible, metrics scrapes), where the cluster says: an IP or a name.
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,13 @@ class ClusterDriver(ABC):
 
     def endpoint(self, handle: str) -> str | None:
         """Where a service workload answers (`http://host:port`), or None."""
+        return None
+
+    def node_metrics(self, node: str) -> str | None:
+        """The node's metrics as Prometheus exposition text (DCGM and node-exporter names,
+        see `podsys.metric_names`), where the driver can read them itself; None where it
+        cannot, and the platform scrapes the nodes (the cluster's `metrics_url` option) or
+        queries Prometheus instead."""
         return None
 
     def supports(self, feature: str) -> bool:

@@ -2,10 +2,12 @@
 
 Each cluster name has one `FakeCluster` in this process (so every driver instance of a cluster
 sees the same nodes), with a clock the tests move (`advance`) and failures they inject (`crash`,
-`lose_node`). A workload runs from launch until `OGAI_FAKE_DURATION_S` (from its env, else the
-cluster's `default_duration_s`; none = until cancelled) has passed on that clock, then exits with
-`OGAI_FAKE_EXIT_CODE` (default 0). The fake refuses what a real cluster could not do (unknown,
-lost or cordoned nodes, more GPUs than free), so scheduler bugs fail loudly in tests.
+`lose_node`, and hardware faults health checks find: `inject_fault`). A workload runs from
+launch until `OGAI_FAKE_DURATION_S` (from its env, else the cluster's `default_duration_s`;
+none = until cancelled) has passed on that clock, then exits with `OGAI_FAKE_EXIT_CODE`
+(default 0); a health check's workload ends at once. The fake refuses what a real cluster
+could not do (unknown, lost or cordoned nodes, more GPUs than free), so scheduler bugs fail
+loudly in tests.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from podsys.drivers.common import (
     summarize,
     tail_lines,
 )
+from podsys.drivers.fake_health import Fault, probe_line
+from podsys.drivers.fake_metrics import check_override, synthetic_families
+from podsys.exporter import render
+from podsys.health import CHECK_LABEL
 
 DURATION_ENV = "OGAI_FAKE_DURATION_S"
 EXIT_CODE_ENV = "OGAI_FAKE_EXIT_CODE"
@@ -149,6 +155,10 @@ class FakeCluster:
         # (ends_at, workload id) of workloads with a duration: the clock ends them in order
         # without a scan over every workload.
         self._endings: list[tuple[float, str]] = []
+        # Metric values tests set, by node: {(metric name, GPU index or "*"): value}.
+        self._metrics: dict[str, dict[tuple[str, str], float]] = {}
+        # Hardware faults tests inject, by node and health check (`inject_fault`).
+        self._faults: dict[str, dict[str, Fault]] = {}
         self.add_nodes(int(self.options["nodes"]))
 
     # The clock -----------------------------------------------------------------------------
@@ -287,6 +297,68 @@ class FakeCluster:
             raise DriverError(f"no workload {workload_id!r} on fake cluster {self.name}")
         return workload
 
+    # Metrics -------------------------------------------------------------------------------
+
+    def set_metric(self, node: str, name: str, value: float, gpu: int | None = None) -> None:
+        """From now on the node reports `value` for metric `name` (a name of
+        `podsys.metric_names`) on GPU `gpu`, or on every GPU (for a node metric: every sample)
+        when `gpu` is None."""
+        with self._lock:
+            found = self._node(node)
+            key = check_override(name, gpu, found.gpus)
+            self._metrics.setdefault(node, {})[(name, key)] = float(value)
+
+    def clear_metrics(self, node: str | None = None) -> None:
+        """Back to the simulated values, on one node or all."""
+        with self._lock:
+            if node is None:
+                self._metrics.clear()
+            else:
+                self._metrics.pop(node, None)
+
+    def node_metrics(self, name: str) -> str | None:
+        """The node's exposition text; None for a lost node, which answers nothing."""
+        with self._lock:
+            self._settle()
+            node = self._node(name)
+            if not node.ready:
+                return None
+            return render(synthetic_families(
+                hostname=node.name, gpus=node.gpus, busy_gpus=min(node.allocated, node.gpus),
+                gpu_model=node.gpu_model, gpu_memory_mib=node.gpu_memory_mib,
+                cpu_cores=node.cpu_cores, memory_mib=node.memory_mib, now=self.now,
+                overrides=self._metrics.get(name, {})))
+
+    # Health checks -------------------------------------------------------------------------
+
+    def inject_fault(self, node: str, check: str, summary: str = "simulated fault",
+                     details: dict | None = None, *, hang: bool = False) -> None:
+        """From now on health check `check` finds this fault on the node: its workload prints
+        a failing result with `summary` (or, with `hang`, never ends)."""
+        with self._lock:
+            self._node(node)
+            self._faults.setdefault(node, {})[check] = Fault(summary, dict(details or {}), hang)
+
+    def clear_fault(self, node: str, check: str | None = None) -> None:
+        """The node is repaired: of one check's fault, or of all."""
+        with self._lock:
+            if check is None:
+                self._faults.pop(node, None)
+            else:
+                self._faults.get(node, {}).pop(check, None)
+
+    def _run_probe(self, workload: Workload) -> None:
+        """A health check's workload ends at once, printing what its probe finds there."""
+        check = workload.labels[CHECK_LABEL]
+        for replica in self._workloads[workload.id].replicas:
+            node = self._nodes[replica.node]
+            fault = self._faults.get(node.name, {}).get(check)
+            if fault is not None and fault.hang:
+                continue
+            replica.log.append(probe_line(check, workload.command, gpus=node.gpus,
+                                          gpu_model=node.gpu_model, fault=fault))
+            self._end(workload.id, replica, self.now, 0)
+
     # The driver's operations ---------------------------------------------------------------
 
     def launch(self, workload: Workload) -> str:
@@ -310,6 +382,8 @@ class FakeCluster:
                 node.running.add((workload.id, replica.index))
             if ends_at is not None:
                 heapq.heappush(self._endings, (ends_at, workload.id))
+            if CHECK_LABEL in workload.labels:
+                self._run_probe(workload)
             return workload.id
 
     def _check_launch(self, workload: Workload) -> None:
@@ -442,3 +516,6 @@ class FakeDriver(ClusterDriver):
 
     def endpoint(self, handle: str) -> str | None:
         return self.fake.endpoint(handle)
+
+    def node_metrics(self, node: str) -> str | None:
+        return self.fake.node_metrics(node)

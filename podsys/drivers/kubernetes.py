@@ -417,7 +417,13 @@ def _node_info(node: Any, allocated: int) -> NodeInfo:
         reason=reason,
         taints=taints,
         gpus_allocated=allocated,
+        address=_internal_address(node),
     )
+
+
+def _internal_address(node: Any) -> str:
+    addresses = {a.type: a.address for a in (node.status.addresses or []) if a.address}
+    return addresses.get("InternalIP") or addresses.get("Hostname") or ""
 
 
 def _ended_at(owner: Any) -> float | None:

@@ -14,6 +14,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
 import signal
 import site
 import socket
@@ -48,6 +49,7 @@ from podsys.drivers.common import (
     tail_lines,
 )
 from podsys.drivers.local_supervisor import write_exit_code
+from podsys.exporter import NodeCollector
 
 SUPERVISOR = "podsys.drivers.local_supervisor"
 STATE_FILE = "workload.json"
@@ -59,6 +61,10 @@ VANISHED = "the process vanished without an exit code"
 KILL_WAIT_S = 5.0
 POLL_S = 0.05
 INVENTORY_TTL_S = 30.0
+# Workloads whose result the platform records as they end (health checks, by this label): their
+# folders are deleted this long after they finished; a job's stay, its logs with them.
+EPHEMERAL_LABEL = "ogai.io/health-check"
+EPHEMERAL_RETENTION_S = 86400.0
 
 # What a replica inherits from the driver's environment: enough to find programs, libraries and
 # caches, and none of the platform's own secrets (DATABASE_URL, SECRET_KEY, tokens).
@@ -202,6 +208,8 @@ class LocalDriver(ClusterDriver):
         # a status, which always comes from disk and /proc.
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._inventory: tuple[float, GpuInventory] | None = None
+        # OGAI's node exporter, in process: it keeps what its rates need between two reads.
+        self._metrics = NodeCollector(hostname=self.node_name)
 
     # Paths and state ------------------------------------------------------------------------
 
@@ -571,6 +579,26 @@ class LocalDriver(ClusterDriver):
             raise DriverError(f"workload {handle} has no replica {replica}")
         return read_tail(self._folder(handle) / f"replica-{replica}.log", tail)
 
+    def cleanup(self, now: float | None = None) -> int:
+        """Delete the folders of finished health-check workloads a day after they ended."""
+        now = time.time() if now is None else now
+        removed = 0
+        for state_file in (self.root / "workloads").glob(f"*/{STATE_FILE}"):
+            state = read_json(state_file)
+            if not isinstance(state, dict) or \
+                    EPHEMERAL_LABEL not in (state.get("spec") or {}).get("labels", {}):
+                continue
+            folder = state_file.parent
+            replicas = state.get("replicas", [])
+            if any(self._replica_running(folder, replica) for replica in replicas):
+                continue
+            ended = max((path.stat().st_mtime for path in folder.glob("replica-*.exit")),
+                        default=state_file.stat().st_mtime)
+            if now - ended > EPHEMERAL_RETENTION_S:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += 1
+        return removed
+
     def endpoint(self, handle: str) -> str | None:
         state = self._load(handle)
         if state is None:
@@ -579,6 +607,12 @@ class LocalDriver(ClusterDriver):
         if not spec.get("service") or not spec.get("ports"):
             return None
         return f"http://127.0.0.1:{spec['ports'][0]}"
+
+    def node_metrics(self, node: str) -> str | None:
+        """This machine's GPUs (NVML) and OS (/proc), read now; None for another node."""
+        if node != self.node_name:
+            return None
+        return self._metrics.exposition()
 
 
 def _read_exit(path: Path) -> int | None:

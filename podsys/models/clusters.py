@@ -5,7 +5,7 @@ from django.db import models
 from infra_os.models import Tenant
 from infra_os.models.tenancy import slug_validator
 from ogai.models import TimeStampedModel
-from podsys.choices import NodeHealth
+from podsys.choices import CordonSource, NodeHealth
 
 
 class Cluster(TimeStampedModel):
@@ -35,6 +35,11 @@ class Cluster(TimeStampedModel):
     # The driver's credentials (a kubeconfig), encrypted with `ogai.crypto`: never shown again,
     # never logged; `podsys.runtime` hands them to the driver.
     credentials = models.TextField(blank=True, editable=False)
+    # Scheduling cycles run on this cluster and their time (for `/metrics`): written by the
+    # cycle itself, read at scrape time, so every process reports the same figures.
+    cycles_total = models.PositiveBigIntegerField(default=0, editable=False)
+    cycle_seconds_total = models.FloatField(default=0, editable=False)
+    cycle_seconds_last = models.FloatField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -67,6 +72,10 @@ class Node(TimeStampedModel):
     health_reason = models.TextField(blank=True)
     # Cordoned by an operator or a failed health check: running work stays, nothing new comes.
     schedulable = models.BooleanField(default=True)
+    cordon_source = models.CharField(max_length=16, choices=CordonSource.choices, blank=True,
+                                     default=CordonSource.NONE)
+    # Where Ansible and a metrics scrape reach it (an IP or DNS name); blank: its name.
+    address = models.CharField(max_length=253, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     taints = models.JSONField(default=list, blank=True)  # "key=value:Effect", as reported
     # GPUs held by anything on it where the cluster reports that (Kubernetes: every pod's GPU

@@ -13,9 +13,10 @@ from infra_os.access import require_platform_admin
 from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
-from podsys.choices import NodeHealth
+from podsys.choices import CordonSource, NodeHealth
 from podsys.drivers.base import ConnectionReport, DriverError
 from podsys.drivers.kube_manifests import KubeOptions
+from podsys.health import NODE_LABEL_PREFIX
 from podsys.models import Cluster, Node
 from podsys.runtime import driver_for
 
@@ -113,6 +114,9 @@ def cluster_sync_nodes(*, cluster: Cluster) -> list[Node]:
         logger.warning("Cluster %s: node sync failed: %s", cluster.name, exc)
         return list(cluster.nodes.all())
     with transaction.atomic():
+        # The cluster row first, then its nodes: the order scheduling cycles and health checks
+        # lock them in, so a sync never deadlocks with either.
+        Cluster.objects.select_for_update(no_key=True).filter(pk=cluster.pk).first()
         existing = {node.name: node for node in cluster.nodes.select_for_update()}
         seen = set()
         for info in reported:
@@ -123,11 +127,16 @@ def cluster_sync_nodes(*, cluster: Cluster) -> list[Node]:
             node.gpu_memory_mib = info.gpu_memory_mib
             node.cpu_cores = info.cpu_cores
             node.memory_mib = info.memory_mib
-            node.labels = info.labels
+            # The health checks' labels are the platform's own: the cluster never reports them.
+            node.labels = {**info.labels, **{key: value for key, value in node.labels.items()
+                                             if key.startswith(NODE_LABEL_PREFIX)}}
             node.taints = list(info.taints)
             node.gpus_in_use = info.gpus_allocated
+            if info.address:  # else an address set by hand stays
+                node.address = info.address
             node.health = NodeHealth.HEALTHY if info.ready else NodeHealth.NOT_READY
-            node.health_reason = info.reason
+            if info.reason or not node.cordon_source:  # a cordon's reason stays while it does
+                node.health_reason = info.reason
             if not info.schedulable:
                 node.schedulable = False
             node.last_seen_at = now
@@ -182,9 +191,15 @@ def cluster_refresh_capacity(*, cluster: Cluster) -> dict:
 def node_set_schedulable(*, actor, node: Node, schedulable: bool, reason: str = "") -> Node:
     """Cordon (False) or uncordon (True): running work stays; nothing new is placed."""
     require_platform_admin(actor)
+    was_health_check = node.cordon_source == CordonSource.HEALTH_CHECK
     node.schedulable = schedulable
-    node.health_reason = reason if not schedulable else node.health_reason
-    node.save(update_fields=["schedulable", "health_reason", "updated_at"])
+    # An operator's cordon is theirs: health checks passing never lift it.
+    node.cordon_source = CordonSource.NONE if schedulable else CordonSource.OPERATOR
+    if not schedulable:
+        node.health_reason = reason
+    elif was_health_check:
+        node.health_reason = ""
+    node.save(update_fields=["schedulable", "cordon_source", "health_reason", "updated_at"])
     audit_record(
         actor=actor,
         action="node.cordon" if not schedulable else "node.uncordon",

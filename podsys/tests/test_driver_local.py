@@ -448,3 +448,16 @@ def test_nodes_survive_an_nvml_error(make_driver, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(fail_init=True))
     [node] = make_driver().nodes()
     assert node.gpus == 0
+
+
+def test_cleanup_deletes_finished_health_checks_a_day_later_and_keeps_jobs(driver, tmp_path,
+                                                                          root):
+    path = script(tmp_path, "print('measured')")
+    check = workload("hc-1", path, labels={"ogai.io/health-check": "gpu-presence"})
+    job = workload("job-1-a1", path)
+    for spec in (check, job):
+        wait_done(driver, driver.launch(spec))
+    assert driver.cleanup() == 0, "both ended just now"
+    assert driver.cleanup(now=time.time() + 2 * 86400) == 1
+    assert not (root / "workloads" / "hc-1").exists()
+    assert "measured" in driver.logs("job-1-a1")

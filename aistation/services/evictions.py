@@ -1,0 +1,64 @@
+"""Moving jobs off a node taken out of service (a fatal health check failed there): like a
+preemption, not a failure, so the job keeps its restarts and queues again. The node is not
+excluded from the job: its cordon keeps new work off it and lifts when it passes again, so a
+job that only fits there (a one-node cluster) runs there again once it is back."""
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from aistation.choices import LIVE_ATTEMPT_STATES, AttemptState, JobState
+from aistation.models import Attempt, Job
+from aistation.services.attempts import attempt_record_usage, attempts_stop
+from aistation.services.transitions import job_transition
+from aistation.triggers import request_cycle
+from podsys.models import Node
+
+logger = logging.getLogger(__name__)
+
+
+def jobs_move_off_node(*, node_id: int, reason: str) -> list[int]:
+    """Stop every live attempt placed on the node (a gang with one replica there stops whole),
+    end it PREEMPTED with the reason, queue its job again, and ask for a scheduling cycle.
+    `reason` completes "moved off <node>: …". Returns the jobs moved."""
+    node = Node.objects.select_related("cluster").filter(pk=node_id).first()
+    if node is None:
+        return []
+    why = f"moved off {node.name}: {reason}"
+    now = timezone.now()
+    moved, stopped = [], []
+    with transaction.atomic():
+        candidates = (Attempt.objects.select_for_update(of=("self",))
+                      .filter(cluster_id=node.cluster_id, state__in=LIVE_ATTEMPT_STATES)
+                      .order_by("pk"))
+        for attempt in candidates:
+            if node.name not in (attempt.placement or []):
+                continue
+            job = Job.objects.select_for_update().select_related("tenant").get(pk=attempt.job_id)
+            attempt.job = job
+            attempt.state, attempt.finished_at, attempt.reason = AttemptState.PREEMPTED, now, why
+            attempt.save(update_fields=["state", "finished_at", "reason"])
+            attempt_record_usage(attempt, now)
+            stopped.append(attempt)
+            if job.state not in (JobState.ADMITTED, JobState.RUNNING):
+                continue  # cancelled meanwhile: nothing to queue again
+            if attempt.started_at:
+                job.attained_gpu_s += job.gpus * (now - attempt.started_at).total_seconds()
+            job.placement, job.borrowed, job.queued_at = [], False, now
+            job_transition(job, JobState.PREEMPTED, why, attempt=attempt)
+            job_transition(job, JobState.QUEUED,
+                           "back in its queue while the node is out of service")
+            moved.append(job.pk)
+        if moved:
+            request_cycle(node.cluster_id)
+    # After the commit, as a preemption does: if a stop is lost, reconcile stops it again.
+    attempts_stop(node.cluster, stopped)
+    if moved:
+        logger.info("Moved %d jobs off node %s: %s", len(moved), node.name, reason)
+    return moved
+
+
+def on_node_out_of_service(sender, *, node_id: int, reason: str, **kwargs) -> None:
+    """The receiver of `podsys.signals.node_out_of_service`."""
+    jobs_move_off_node(node_id=node_id, reason=reason)

@@ -1,0 +1,22 @@
+"""Filters of the cluster account lists, shared by the API and the console."""
+
+import django_filters
+
+from podsys.models import ClusterGroup, ClusterUser
+
+
+class ClusterUserFilterSet(django_filters.FilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
+    username = django_filters.CharFilter(lookup_expr="icontains")
+
+    class Meta:
+        model = ClusterUser
+        fields = ["cluster", "username", "is_active"]
+
+
+class ClusterGroupFilterSet(django_filters.FilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
+
+    class Meta:
+        model = ClusterGroup
+        fields = ["cluster", "is_active"]
