@@ -6,6 +6,8 @@ import uuid
 
 import pytest
 from kombu import Connection
+from kombu.transport import filesystem
+from kombu.transport.virtual import BrokerState
 from prometheus_client.parser import text_string_to_metric_families
 
 from aistation.choices import JobState
@@ -28,11 +30,18 @@ def scrape(client, **headers) -> dict[str, dict[tuple, float]]:
     return found
 
 
+class _OwnFilesystemTransport(filesystem.Transport):
+    # kombu's filesystem transport keeps its bindings in one state for the whole process: the
+    # platform's (Celery's "default" queue, bound by earlier tests in another folder) would
+    # keep this test's binding from being written, and its message from being routed.
+    global_state = BrokerState()
+
+
 def filesystem_broker(folder) -> Connection:
     folder.mkdir(exist_ok=True)
     # Every folder inside the test's own: kombu's default control folder is the working
     # directory's `control/`.
-    return Connection("filesystem://", transport_options={
+    return Connection(transport=_OwnFilesystemTransport, transport_options={
         "data_folder_in": str(folder), "data_folder_out": str(folder),
         "control_folder": str(folder / "control")})
 
