@@ -355,6 +355,8 @@ OGAI_GATEWAY_TOKEN_TPM = env_int("OGAI_GATEWAY_TOKEN_TPM", 100000)
 OGAI_ANSIBLE_SSH_USER = env_str("OGAI_ANSIBLE_SSH_USER", "root")
 OGAI_ANSIBLE_SSH_KEY_FILE = env_str("OGAI_ANSIBLE_SSH_KEY_FILE", "")
 OGAI_ANSIBLE_FORKS = env_int("OGAI_ANSIBLE_FORKS", 20)
+# Days a finished deployment run's working folder (Ansible's output) is kept; 0 keeps them.
+OGAI_DEPLOYMENT_ARTIFACTS_DAYS = env_int("OGAI_DEPLOYMENT_ARTIFACTS_DAYS", 30)
 # Slurm stack deployments copy this munge key (a file on the OGAI host) to every node; empty:
 # the nodes' munge must already be keyed.
 OGAI_SLURM_MUNGE_KEY_FILE = env_str("OGAI_SLURM_MUNGE_KEY_FILE", "")

@@ -423,10 +423,23 @@ def cmd_stack_deploy(args: argparse.Namespace, ctx: Context) -> int:
         if not hosts:
             raise OgaiError("usage", "--nodes: name at least one node")
     else:
-        hosts = [node.name for node in client.nodes(cluster=args.cluster)]
-        if not hosts:
+        nodes = client.nodes(cluster=args.cluster)
+        if not nodes:
             raise OgaiError("not_found", f"cluster {args.cluster} has no nodes (or is not "
                             "visible to you); `ogai node list` shows the nodes")
+        # A lost or not-ready node would only come back unreachable: named, never implied.
+        hosts = [node.name for node in nodes if node.health == "healthy"]
+        skipped = [f"{node.name} ({node.health or 'health unknown'})" for node in nodes
+                   if node.health != "healthy"]
+        shown = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more"
+                                           if len(skipped) > 10 else "")
+        if not hosts:
+            raise OgaiError("not_found", f"no node of cluster {args.cluster} is healthy: "
+                            f"{shown}; name them with --nodes to deploy to them anyway")
+        if skipped:
+            ctx.note(f"skipping {len(skipped)} node{'s' if len(skipped) != 1 else ''} that "
+                     f"{'are' if len(skipped) != 1 else 'is'} not healthy: {shown} "
+                     "(name them with --nodes to deploy to them anyway)")
     try:
         run = client.deploy_stack(args.profile, cluster=args.cluster, hosts=hosts,
                                   check_mode=args.check_mode)
@@ -582,7 +595,7 @@ def add_commands(commands: Any, command: Callable[..., Any]) -> None:
     deploy.add_argument("--cluster", "-c", required=True, help="the cluster")
     deploy.add_argument("--nodes", "-n", action="append", metavar="NAMES",
                         help="only these nodes (separate with commas, or repeat; default: "
-                        "every node of the cluster)")
+                        "every healthy node of the cluster)")
     deploy.add_argument("--check-mode", action="store_true",
                         help="report what would change and change nothing")
     deploy.add_argument("--quiet", "-q", action="store_true", help="print only the run id")

@@ -4,7 +4,7 @@ Profiles are read by everyone signed in (they say what the nodes run); deploymen
 an operator's concern: platform admins see them, everyone else none.
 """
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Case, Count, F, Q, QuerySet, TextField, Value, When
 
 from infra_os.access import is_platform_admin
 from podsys.choices import DEPLOYMENT_FINAL_STATES, DeploymentState, TaskStatus
@@ -32,46 +32,68 @@ def deployment_run_list(*, user, cluster: Cluster | None = None) -> QuerySet[Dep
     return queryset.filter(cluster=cluster) if cluster is not None else queryset
 
 
+# The grid shows a task's output where it failed or was unreachable; the others' stays in the
+# database (the grid is read every 2 s by every viewer of a running run).
+_FAILING = (TaskStatus.FAILED, TaskStatus.UNREACHABLE)
+# Begins the output of a task that failed under `ignore_errors`: stored failed, as it did, but
+# the node went on (`podsys.services.deployments._Recorder` writes it).
+IGNORED_NOTE = "Failed, ignored (ignore_errors)."
+
+
+def _stops(cell: dict | None) -> bool:
+    """A failure that stops a node: failed or unreachable, and not ignored."""
+    return bool(cell and cell["status"] in _FAILING
+                and not cell["output"].startswith(IGNORED_NOTE))
+
+
 def _host_state(run: DeploymentRun, host: str, cells: list) -> str:
-    statuses = {cell["status"] for cell in cells if cell}
-    if TaskStatus.UNREACHABLE in statuses:
-        return "unreachable"
-    if TaskStatus.FAILED in statuses:
-        return "failed"
+    """By the node's play recap once it has one: a failure rescued (block/rescue) or ignored
+    (ignore_errors, ignore_unreachable) does not count there. Before it (live, or a run that
+    never got to its recap), by the node's cells: it stopped if the last task it reached did."""
     recap = (run.stats or {}).get(host)
+    if recap is not None:
+        if recap.get("unreachable"):
+            return "unreachable"
+        return "failed" if recap.get("failures") else "ok"
+    reached = [cell for cell in cells if cell]
+    if reached and _stops(reached[-1]):
+        return "unreachable" if reached[-1]["status"] == TaskStatus.UNREACHABLE else "failed"
     if run.state in DEPLOYMENT_FINAL_STATES:
-        if recap is not None and not recap.get("failures") and not recap.get("unreachable"):
-            return "ok"
-        return "failed" if run.state == DeploymentState.FAILED and statuses else "pending"
-    return "running" if statuses else "pending"
+        return "failed" if run.state == DeploymentState.FAILED and reached else "pending"
+    return "running" if reached else "pending"
 
 
 def deployment_grid(*, run: DeploymentRun) -> dict:
     """The run as the console's grid: one column per task (in the order they first started),
     one row per node with a cell per task (None where that node has not reached it), each
-    node's state, and the task it failed at with that task's output."""
+    node's state, and the task it stopped at with that task's output. A cell's `output` is
+    there only where the task failed or was unreachable (empty for the others). One query."""
     rows = list(run.results.order_by("position", "host").values(
-        "position", "task", "role", "host", "status", "changed", "output", "duration_s"))
+        "position", "task", "role", "host", "status", "changed", "duration_s",
+        shown_output=Case(When(status__in=_FAILING, then=F("output")), default=Value(""),
+                          output_field=TextField())))
     columns: dict[int, dict] = {}
     by_host: dict[str, dict[int, dict]] = {}
     for row in rows:
         columns.setdefault(row["position"], {"position": row["position"], "task": row["task"],
                                              "role": row["role"]})
         by_host.setdefault(row["host"], {})[row["position"]] = {
-            "status": row["status"], "changed": row["changed"], "output": row["output"],
+            "status": row["status"], "changed": row["changed"], "output": row["shown_output"],
             "duration_s": row["duration_s"]}
     tasks = [columns[position] for position in sorted(columns)]
     hosts = []
     for host in list(run.hosts) + sorted(set(by_host) - set(run.hosts)):
         cells = [by_host.get(host, {}).get(task["position"]) for task in tasks]
-        failed = next(((task, cell) for task, cell in zip(tasks, cells, strict=True)
-                       if cell and cell["status"] in (TaskStatus.FAILED, TaskStatus.UNREACHABLE)),
-                      None)
+        state = _host_state(run, host, cells)
+        # The last failure that was not ignored: one before it was rescued.
+        stopped = next(((task, cell) for task, cell in zip(reversed(tasks), reversed(cells),
+                                                           strict=True) if _stops(cell)),
+                       None) if state in ("failed", "unreachable") else None
         hosts.append({
             "host": host,
-            "state": _host_state(run, host, cells),
+            "state": state,
             "cells": cells,
-            "failed_task": failed[0]["task"] if failed else "",
-            "output": failed[1]["output"] if failed else "",
+            "failed_task": stopped[0]["task"] if stopped else "",
+            "output": stopped[1]["output"] if stopped else "",
         })
     return {"tasks": tasks, "hosts": hosts}

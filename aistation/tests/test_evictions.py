@@ -4,14 +4,18 @@ restart, and placed elsewhere by the next cycle."""
 from __future__ import annotations
 
 import pytest
+from django.db.models.query import QuerySet
 
 from aistation.choices import AttemptState, JobState
+from aistation.models import Attempt
 from aistation.services.evictions import jobs_move_off_node
 from aistation.services.jobs import job_submit
 from aistation.services.queues import queue_create
+from aistation.services.reconcile import reconcile_cluster
 from aistation.services.scheduling import schedule_cluster
+from infra_os.models import UsageRecord
 from podsys.choices import CordonSource
-from podsys.drivers.fake import fake_cluster
+from podsys.drivers.fake import FakeDriver, fake_cluster
 from podsys.models import Cluster, Node
 from podsys.services.clusters import cluster_sync_nodes
 from podsys.signals import node_out_of_service
@@ -175,3 +179,78 @@ def test_on_a_one_node_cluster_a_moved_job_runs_again_on_the_node_once_it_is_bac
     schedule_cluster(cluster_id=solo.pk)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.placement == [node]
+
+
+def test_a_job_that_already_ended_there_is_left_to_reconcile(farm, cycles):
+    done = _running(farm, gpus=4, duration=3600, name="done")
+    node = done.placement[0]
+    running = _running(farm, gpus=4, duration=3600, name="running")
+    assert running.placement == [node]
+    farm.fake.crash(done.attempts.get().workload_id, exit_code=0)  # finished, not yet recorded
+
+    assert jobs_move_off_node(node_id=_node(farm, node).pk, reason=REASON) == [running.pk]
+    done.refresh_from_db()
+    assert done.state == JobState.RUNNING, "not preempted: it would run again"
+    reconcile_cluster(cluster=farm.cluster)
+    done.refresh_from_db()
+    assert done.state == JobState.SUCCEEDED
+    assert not done.events.filter(to_state=JobState.PREEMPTED).exists()
+
+
+def test_an_attempt_a_cycle_preempted_meanwhile_is_not_moved_again(farm, cycles, monkeypatch):
+    job = _running(farm, gpus=8, duration=3600)
+    attempt = job.attempts.get()
+    locked = []
+    select_for_update = QuerySet.select_for_update
+    status = FakeDriver.status
+
+    def spy(self, *args, **kwargs):
+        locked.append((self.model, kwargs.get("no_key", False)))
+        return select_for_update(self, *args, **kwargs)
+
+    def cycle_meanwhile(self, handles):
+        # A scheduling cycle preempts the job between the look at the cluster and the move.
+        Attempt.objects.filter(pk=attempt.pk).update(state=AttemptState.PREEMPTED)
+        return status(self, handles)
+
+    monkeypatch.setattr(QuerySet, "select_for_update", spy)
+    monkeypatch.setattr(FakeDriver, "status", cycle_meanwhile)
+    assert jobs_move_off_node(node_id=_node(farm, job.placement[0]).pk, reason=REASON) == []
+    assert not job.events.filter(to_state=JobState.PREEMPTED).exists()
+    assert not UsageRecord.objects.filter(source=f"job {job.pk} attempt 1").exists()
+    # The cluster row is locked first, as a scheduling cycle locks it.
+    assert locked[:1] == [(Cluster, True)]
+
+
+def test_a_move_that_failed_is_tried_again_at_the_next_tick(
+        health, cycles, monkeypatch, caplog):  # noqa: F811 - the fixture
+    job = _running(health, gpus=8, duration=3600)
+    bad = job.placement[0]
+    health.fake.inject_fault(bad, "gpu-presence", "7 of 8 GPUs found")
+
+    broken = {"now": True}
+    move = jobs_move_off_node
+
+    def sometimes_broken(**kwargs):
+        if broken["now"]:
+            raise RuntimeError("the database went away")
+        return move(**kwargs)
+
+    monkeypatch.setattr("aistation.services.evictions.jobs_move_off_node", sometimes_broken)
+    for _ in range(3):  # fail, confirm, cordon: the receiver fails, the tick goes on
+        health.tick()
+    assert _node(health, bad).cordon_source == CordonSource.HEALTH_CHECK
+    assert any("the database went away" in r.getMessage() for r in caplog.records
+               if r.levelname == "ERROR")
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+
+    broken["now"] = False
+    health.tick()
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+    assert job.events.filter(to_state=JobState.PREEMPTED).get().reason == (
+        f"moved off {bad}: it failed health check gpu-presence (7 of 8 GPUs found)")
+    assert len(health.signals) == 2, "sent again once"
+    health.tick()  # nothing left there: nothing more is sent
+    assert len(health.signals) == 2

@@ -300,6 +300,34 @@ def test_the_grid_shows_each_task_per_node_and_the_failing_output(ops, pod):
     assert "hx-trigger" not in page.split('id="run-grid"')[1].split(">")[0]
 
 
+def test_a_rescued_failure_shows_failed_on_a_node_that_finished_cleanly(ops, pod):
+    """gpu-a's first task failed and a `rescue` took over: its recap is clean, so it is not a
+    failed node and not re-run; gpu-b stopped at a task after an ignored failure."""
+    DeploymentTaskResult.objects.filter(run=pod.run, host="gpu-a", position=0).update(
+        status=TaskStatus.FAILED, output="no fast way here")
+    DeploymentTaskResult.objects.filter(run=pod.run, host="gpu-b", position=0).update(
+        status=TaskStatus.FAILED, output="Failed, ignored (ignore_errors).\nnot there")
+    page = ops.get(reverse("frontend:deployment-run", args=[pod.run.pk])).content.decode()
+    row_a = page.split('<tr data-host="gpu-a"')[1].split("</tr>")[0]
+    assert 'data-state="ok"' in row_a and 'data-status="failed"' in row_a
+    assert 'data-failure="gpu-a"' not in page and "no fast way here" not in page
+    failure = page.split('data-failure="gpu-b"')[1].split("</tr>")[0]
+    assert "Install the driver" in failure and "not there" not in failure
+    assert "Re-run failed nodes (1)" in page
+
+
+def test_the_grid_asks_the_database_the_same_whatever_its_size(ops, pod):
+    url = reverse("frontend:deployment-run", args=[pod.run.pk])
+    before = _queries(ops, url)
+    hosts = [f"gpu-{number}" for number in range(10, 30)]
+    DeploymentRun.objects.filter(pk=pod.run.pk).update(hosts=["gpu-a", "gpu-b", *hosts])
+    DeploymentTaskResult.objects.bulk_create([
+        DeploymentTaskResult(run=pod.run, host=host, position=position, task=f"Task {position}",
+                             status=TaskStatus.OK, output="x" * 4000)
+        for host in hosts for position in range(3, 23)])
+    assert _queries(ops, url) == before
+
+
 def test_a_running_run_polls_its_grid_and_the_partial_is_the_grid_alone(ops, pod):
     DeploymentRun.objects.filter(pk=pod.run.pk).update(state=DeploymentState.RUNNING,
                                                        finished_at=None)
@@ -448,6 +476,41 @@ def test_the_node_page_says_who_cordoned_it_and_why(ops, pod):
                                            health_reason="cordoned in the console by operator")
     page = ops.get(reverse("frontend:node", args=["pod", node.pk])).content.decode()
     assert "Cordoned by an operator" in page and 'data-cordon="operator"' in page
+
+
+def test_a_node_held_for_a_check_says_so_and_cannot_be_uncordoned(ops, pod):
+    node = pod.nodes["gpu-b"]
+    HealthCheckRun.objects.create(node=node, check_name="pcie-bandwidth",
+                                  severity=CheckSeverity.WARNING, state=CheckState.RUNNING,
+                                  started_at=timezone.now())
+    Node.objects.filter(pk=node.pk).update(
+        schedulable=False, cordon_source=CordonSource.CHECK_RUNNING,
+        health_reason="held while health check pcie-bandwidth runs")
+    url = reverse("frontend:node", args=["pod", node.pk])
+    page = ops.get(url).content.decode()
+    alert = page.split('data-cordon="check_running"')[1].split("</div>")[0]
+    assert "held while health check pcie-bandwidth runs" in alert
+    assert "Uncordon" not in page
+    assert ">Cordon</button>" in page, "an operator may still cordon it"
+    cluster_page = ops.get(reverse("frontend:cluster", args=["pod"])).content.decode()
+    card = cluster_page.split('data-node="gpu-b"')[1].split("</article>")[0]
+    assert "held while health check pcie-bandwidth runs" in card and "Uncordon" not in card
+
+    response = ops.post(reverse("frontend:node-schedulable", args=["pod", node.pk]),
+                        {"schedulable": "1", "next": url}, follow=True)
+    assert response.status_code == 200
+    assert ("Node gpu-b is held while health check pcie-bandwidth runs; it returns by itself "
+            "when the check ends.") in response.content.decode()
+    node.refresh_from_db()
+    assert node.cordon_source == CordonSource.CHECK_RUNNING
+    # Cordoned by an operator meanwhile, then uncordoned: held again until the check ends.
+    Node.objects.filter(pk=node.pk).update(cordon_source=CordonSource.OPERATOR)
+    response = ops.post(reverse("frontend:node-schedulable", args=["pod", node.pk]),
+                        {"schedulable": "1", "next": url}, follow=True)
+    assert ("Node gpu-b uncordoned: held while health check pcie-bandwidth runs; it takes new "
+            "work once that check ends.") in response.content.decode()
+    node.refresh_from_db()
+    assert node.cordon_source == CordonSource.CHECK_RUNNING and not node.schedulable
 
 
 def test_the_node_page_lists_checks_with_their_latest_run_and_history(ops, pod):

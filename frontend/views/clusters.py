@@ -143,16 +143,27 @@ def node_schedulable(request, name: str, pk: int):
     cluster = get_object_or_404(_current_clusters(request), name=name)
     node = get_object_or_404(node_list(user=request.user).filter(cluster_id=cluster.pk), pk=pk)
     schedulable = request.POST.get("schedulable") == "1"
-    node_set_schedulable(actor=request.user, node=node, schedulable=schedulable,
-                         reason="" if schedulable else "cordoned in the console by "
-                         f"{request.user.get_username()}")
-    if schedulable:
+    try:
+        node_set_schedulable(actor=request.user, node=node, schedulable=schedulable,
+                             reason="" if schedulable else "cordoned in the console by "
+                             f"{request.user.get_username()}")
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        _say_schedulable(request, node, schedulable)
+    # The node's own page sends `next` to come back to it.
+    return redirect(safe_next(request, reverse("frontend:cluster", args=[cluster.name])))
+
+
+def _say_schedulable(request, node: Node, schedulable: bool) -> None:
+    if schedulable and not node.schedulable:  # an exclusive health check runs there
+        messages.success(request, f"Node {node.name} uncordoned: {node.health_reason}; it takes "
+                         "new work once that check ends.")
+    elif schedulable:
         messages.success(request, f"Node {node.name} takes new work again.")
     else:
         messages.success(request, f"Node {node.name} cordoned: what runs there goes on; "
                          "nothing new is placed on it.")
-    # The node's own page sends `next` to come back to it.
-    return redirect(safe_next(request, reverse("frontend:cluster", args=[cluster.name])))
 
 
 @login_required

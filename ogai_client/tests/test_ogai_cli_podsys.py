@@ -376,6 +376,29 @@ def test_a_deployment_names_what_is_wrong(as_operator, world, capsys):
     assert not DeploymentRun.objects.exists()
 
 
+def test_a_deployment_to_every_node_leaves_out_the_unhealthy_and_says_so(
+        as_operator, world, clusters, capsys):
+    stack_profile_create(actor=world.operator, **PROFILE)
+    Node.objects.create(cluster=clusters["gpu-a"], name="gpu-gone", health="lost",
+                        health_reason="No heartbeat for 10 minutes.")
+    Node.objects.create(cluster=clusters["gpu-a"], name="gpu-boot", health="not_ready")
+    code, out, err = ogai(capsys, "stack", "deploy", "h100-cuda124", "-c", "gpu-a", "-q")
+    assert code == 0, err
+    assert DeploymentRun.objects.get(pk=int(out)).hosts == [SHARED, ALONE]
+    assert err == ("skipping 2 nodes that are not healthy: gpu-boot (not_ready), gpu-gone "
+                   "(lost) (name them with --nodes to deploy to them anyway)\n")
+    # Named, they are deployed to.
+    code, out, err = ogai(capsys, "stack", "deploy", "h100-cuda124", "-c", "gpu-a", "-q",
+                          "--nodes", "gpu-gone")
+    assert (code, err) == (0, "")
+    assert DeploymentRun.objects.get(pk=int(out)).hosts == ["gpu-gone"]
+
+    Node.objects.filter(cluster=clusters["gpu-b"]).update(health="lost")
+    code, _, err = ogai(capsys, "stack", "deploy", "h100-cuda124", "-c", "gpu-b")
+    assert (code, err) == (1, f"error: no node of cluster gpu-b is healthy: {SHARED} (lost); "
+                              "name them with --nodes to deploy to them anyway\n")
+
+
 def test_the_sdk_reads_nodes_checks_and_runs(as_operator, world):
     with OgaiClient.from_config() as client:
         node = client.find_node(ALONE)

@@ -116,7 +116,8 @@ class DeploymentGridTaskSerializer(serializers.Serializer):
 class DeploymentGridCellSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=TaskStatus.choices)
     changed = serializers.BooleanField()
-    output = serializers.CharField()
+    output = serializers.CharField(help_text="The task's output where it failed or was "
+                                   "unreachable; empty for the others.")
     duration_s = serializers.FloatField(allow_null=True)
 
 

@@ -19,6 +19,7 @@ from podsys.drivers.kube_manifests import KubeOptions
 from podsys.health import NODE_LABEL_PREFIX
 from podsys.models import Cluster, Node
 from podsys.runtime import driver_for
+from podsys.services.health import exclusive_check_running, held_reason
 
 logger = logging.getLogger(__name__)
 
@@ -189,21 +190,36 @@ def cluster_refresh_capacity(*, cluster: Cluster) -> dict:
 
 @transaction.atomic
 def node_set_schedulable(*, actor, node: Node, schedulable: bool, reason: str = "") -> Node:
-    """Cordon (False) or uncordon (True): running work stays; nothing new is placed."""
+    """Cordon (False) or uncordon (True): running work stays; nothing new is placed. A node
+    held for an exclusive health check (`CHECK_RUNNING`) is not uncordoned: it returns by
+    itself when the check ends; one uncordoned while such a check runs there is held until it
+    ends. A cordon is the operator's, whoever held the node before."""
     require_platform_admin(actor)
-    was_health_check = node.cordon_source == CordonSource.HEALTH_CHECK
-    node.schedulable = schedulable
+    if schedulable:
+        # The cluster row first, as the health checks lock it while they mark an exclusive
+        # check RUNNING: one starting there now is seen below.
+        Cluster.objects.select_for_update(no_key=True).filter(pk=node.cluster_id).first()
+    was = Node.objects.select_for_update().values_list("cordon_source", flat=True) \
+        .get(pk=node.pk)
+    running = exclusive_check_running(node.pk) if schedulable else ""
+    if running and was == CordonSource.CHECK_RUNNING:
+        raise ValidationError({"node": f"Node {node.name} is held while health check {running} "
+                               "runs; it returns by itself when the check ends."})
+    node.schedulable = schedulable and not running
     # An operator's cordon is theirs: health checks passing never lift it.
-    node.cordon_source = CordonSource.NONE if schedulable else CordonSource.OPERATOR
+    node.cordon_source = (CordonSource.OPERATOR if not schedulable else
+                          CordonSource.CHECK_RUNNING if running else CordonSource.NONE)
     if not schedulable:
         node.health_reason = reason
-    elif was_health_check:
+    elif running:
+        node.health_reason = held_reason(running)
+    elif was in (CordonSource.HEALTH_CHECK, CordonSource.CHECK_RUNNING):
         node.health_reason = ""
     node.save(update_fields=["schedulable", "cordon_source", "health_reason", "updated_at"])
     audit_record(
         actor=actor,
         action="node.cordon" if not schedulable else "node.uncordon",
         obj=node,
-        changes={"reason": reason},
+        changes={"reason": reason, **({"held_for": running} if running else {})},
     )
     return node

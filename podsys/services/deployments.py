@@ -33,6 +33,7 @@ from podsys.choices import (
     TaskStatus,
 )
 from podsys.models import Cluster, DeploymentRun, DeploymentTaskResult, StackProfile
+from podsys.selectors_stack import IGNORED_NOTE
 from podsys.services.stack import stack_profile_vars
 
 logger = logging.getLogger(__name__)
@@ -186,16 +187,15 @@ def deployment_start(*, actor, cluster: Cluster, kind: str, hosts: list[str],
 
 
 def deployment_failed_hosts(run: DeploymentRun) -> list[str]:
-    """The run's nodes that did not finish cleanly: a failed or unreachable task, failures in
-    their recap, or (the run having ended) no clean recap at all."""
-    bad = set(run.results.filter(status__in=[TaskStatus.FAILED, TaskStatus.UNREACHABLE])
-              .values_list("host", flat=True))
+    """The run's nodes that did not finish cleanly, judged by their play recap: failures or
+    unreachable there. A task that failed and was rescued (block/rescue) or ignored
+    (ignore_errors, ignore_unreachable) keeps its failed or unreachable cell but is not counted
+    in the recap, nor here. A node without a recap (the run stopped, timed out or lost its
+    worker before the end) did not finish."""
     stats = run.stats or {}
-    for host in run.hosts:
-        recap = stats.get(host)
-        if recap is None or recap.get("failures") or recap.get("unreachable"):
-            bad.add(host)
-    return [host for host in run.hosts if host in bad]
+    return [host for host in run.hosts
+            if (recap := stats.get(host)) is None or recap.get("failures")
+            or recap.get("unreachable")]
 
 
 @transaction.atomic
@@ -359,6 +359,20 @@ def _task_output(res: dict, action: str) -> str:
     return _tail("\n".join(parts))
 
 
+def _file_tail(path: Path, limit: int) -> str:
+    """The last `limit` characters of a text file, read from its end: a long run's Ansible
+    output runs to hundreds of MB."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            # Up to 4 bytes a character in UTF-8; a character cut in two is dropped by _tail.
+            handle.seek(max(0, size - 4 * limit - 4))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return _tail(text, limit)
+
+
 def _event_time(value: str | None) -> datetime:
     parsed = parse_datetime(value) if value else None
     if parsed is None:
@@ -423,11 +437,12 @@ class _Recorder:
         status = self.RESULT_EVENTS[kind]
         if status == TaskStatus.OK and res.get("changed"):
             status = TaskStatus.CHANGED
-        if status == TaskStatus.FAILED and data.get("ignore_errors"):
-            status = TaskStatus.OK  # failed, but the playbook says that is fine
         row.status = status
         row.changed = bool(res.get("changed"))
         row.output = _task_output(res, str(data.get("task_action") or ""))
+        if status == TaskStatus.FAILED and data.get("ignore_errors"):
+            # It failed, and the playbook says that is fine: shown failed, never counted.
+            row.output = f"{IGNORED_NOTE}\n{row.output}".rstrip()
         row.finished_at = _event_time(data.get("end") or created)
         duration = data.get("duration")
         row.duration_s = (float(duration) if duration is not None else
@@ -480,20 +495,23 @@ def _summary(run: DeploymentRun, stats: dict, runner_status: str, stdout_tail: s
     if not stats:
         why = "timed out" if runner_status == "timeout" else "failed before any task ran"
         return f"ansible-playbook {why}. {stdout_tail}".strip()
-    first_failures: dict[str, DeploymentTaskResult] = {}
-    for row in (run.results.filter(host__in=failed,
-                                   status__in=[TaskStatus.FAILED, TaskStatus.UNREACHABLE])
-                .order_by("position")):
-        first_failures.setdefault(row.host, row)
+    # Each node's last failure that was not ignored: one before it was rescued.
+    stopped_at: dict[str, tuple[str, str]] = {}
+    for host, status, task in (run.results
+                               .filter(host__in=failed[:10],
+                                       status__in=[TaskStatus.FAILED, TaskStatus.UNREACHABLE])
+                               .exclude(output__startswith=IGNORED_NOTE)
+                               .order_by("position").values_list("host", "status", "task")):
+        stopped_at[host] = (status, task)
     parts = []
     for host in failed[:10]:
-        first = first_failures.get(host)
-        if first is None:
+        status, task = stopped_at.get(host, ("", ""))
+        if not status:
             parts.append(f"{host} (did not finish)")
-        elif first.status == TaskStatus.UNREACHABLE:
+        elif status == TaskStatus.UNREACHABLE:
             parts.append(f"{host} (unreachable)")
         else:
-            parts.append(f"{host} (failed at: {first.task})")
+            parts.append(f"{host} (failed at: {task})")
     more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
     prefix = "Timed out. " if runner_status == "timeout" else ""
     return (f"{prefix}{len(failed)} of {len(run.hosts)} node"
@@ -551,7 +569,7 @@ def deployment_execute(*, run: DeploymentRun) -> DeploymentRun:
         )
         runner_status, rc = runner.status, runner.rc
         if runner_status != "successful":
-            stdout_tail = _tail(runner.stdout.read(), 2000) if runner.stdout else ""
+            stdout_tail = _file_tail(folder / "artifacts" / "run" / "stdout", 2000)
     except Exception as exc:
         logger.exception("Deployment run %s could not run", run.pk)
         stdout_tail = f"{type(exc).__name__}: {exc}"
@@ -606,6 +624,36 @@ def deployment_runs_sweep(*, now=None) -> int:
             state=DeploymentState.RUNNING, updated_at__lt=stale).values_list("pk", "updated_at"):
         ended += _end_lost(run_id, seen).message == LOST_MESSAGE
     return ended
+
+
+def deployment_artifacts_prune(*, now=None) -> int:
+    """Delete the working folders of runs (`DATA_DIR/deployments/<id>/`: Ansible's output, its
+    temporary files) that ended more than OGAI_DEPLOYMENT_ARTIFACTS_DAYS ago, and of runs
+    deleted since; the runs and their task results stay. 0 days keeps them. Returns how many
+    folders went."""
+    days = settings.OGAI_DEPLOYMENT_ARTIFACTS_DAYS
+    root = Path(settings.DATA_DIR) / "deployments"
+    if days <= 0 or not root.is_dir():
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    folders = {int(path.name): path for path in root.iterdir()
+               if path.name.isdigit() and path.is_dir()}
+    runs = {pk: (state, finished_at) for pk, state, finished_at in DeploymentRun.objects.filter(
+        pk__in=list(folders)).values_list("pk", "state", "finished_at")}
+    pruned = 0
+    for pk, path in folders.items():
+        if pk in runs:
+            state, finished_at = runs[pk]
+            old = (state in DEPLOYMENT_FINAL_STATES and finished_at is not None
+                   and finished_at < cutoff)
+        else:
+            old = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC) < cutoff
+        if old:
+            shutil.rmtree(path, ignore_errors=True)
+            pruned += not path.exists()
+    if pruned:
+        logger.info("Deleted the working folders of %s ended deployment runs.", pruned)
+    return pruned
 
 
 def _finish(run: DeploymentRun, recorder: _Recorder, runner_status: str, rc: int | None,

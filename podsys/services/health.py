@@ -7,15 +7,17 @@ interval, so a flaky check that fails once and then passes never cordons. Out of
 cordoned (`schedulable=False`, `cordon_source=HEALTH_CHECK`, `health_reason="failed health
 check <name>: <summary>"`), the node label `ogai.io/health-<name>=failed`, an audit event (by
 the system), and `podsys.signals.node_out_of_service` sent after the commit, upon which
-aistation moves the node's jobs off it (queued again; the cordon keeps them elsewhere). A node
-the checks cordoned returns to service once every fatal check that failed there has passed
-OGAI_HEALTH_RETURN_AFTER runs in a row (1) since. A cordon by an operator, or by the cluster
-itself, is never lifted by the checks (a fatal failure there still labels the node and moves
-its work). WARNING checks never cordon: they set
-the label while they fail and clear it when they pass. A run that ERRORs (refused by the
-driver, no result printed, past its timeout, a probe that could not measure) counts neither for
-nor against the node. Only a run of FAILED runs cordons: a failure judged after a later run
-already passed changes nothing.
+aistation moves the node's jobs off it (queued again; the cordon keeps them elsewhere); each
+tick sends it again for a node the checks cordoned that still holds work, should a move have
+been lost (a receiver that failed is logged; moving is idempotent). A node the checks cordoned
+returns to service once every fatal check that failed there has passed OGAI_HEALTH_RETURN_AFTER
+runs in a row (1) since. A cordon by an operator, or by the cluster itself, is never lifted by
+the checks (a fatal failure there still labels the node and moves its work). WARNING checks
+never cordon: they set the label while they fail and clear it when they pass. A run that ERRORs
+(refused by the driver, no result printed, past its timeout, the cluster not answering for it
+past its timeout and a grace, a probe that could not measure) counts neither for nor against the
+node. Only a run of FAILED runs cordons: a failure judged after a later run already passed
+changes nothing.
 
 The fleet guard: the checks never hold more than OGAI_HEALTH_MAX_CORDONED_FRACTION (0.25) of a
 cluster's nodes out of service (`cordon_source=HEALTH_CHECK`; operators' cordons do not count),
@@ -26,12 +28,16 @@ the fleet", and a warning is logged. Its next failing run cordons it once there 
 
 Checks needing the node's GPUs to themselves (`exclusive`) start only while nothing holds GPUs
 there; until then their run waits, PENDING, its summary saying why. While one runs, the node is
-held out of the scheduler's hands (`cordon_source=CHECK_RUNNING`), taken under the same lock a
-scheduling cycle takes and in the transaction that marks the check RUNNING, so no job is placed
-on GPUs the check holds; it returns when the check ends (a launch that fails ends it), unless
-the check took it out of service. Each tick also gives back any node still held with no
-exclusive check running there, whatever ended it. A multi-node check runs as one gang workload
-over the nodes it is due on, at least two.
+held out of the scheduler's hands (`cordon_source=CHECK_RUNNING`, `health_reason="held while
+health check <name> runs"`), taken under the same lock a scheduling cycle takes and in the
+transaction that marks the check RUNNING, so no job is placed on GPUs the check holds; it
+returns when the check ends (a launch that fails ends it), unless the check took it out of
+service or an operator cordoned it meanwhile (their cordon wins; a held node cannot be
+uncordoned). A node already cordoned is not held, but one the checks return to service (or an
+operator uncordons) while an exclusive check runs there is held until that check ends. Each
+tick first gives back any node still held with no exclusive check running there, whatever
+ended it, even when the cluster's driver then fails. A multi-node check runs as one gang
+workload over the nodes it is due on, at least two.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Case, F, Max, Q, TextField, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -101,12 +107,16 @@ LOG_TAIL = 200
 PEERS = 8
 # A workload the driver does not know yet right after its run started may still be launching.
 LAUNCH_GRACE_S = 60
+# A run past its timeout ends even while the cluster cannot be asked about it, this much later
+# (it may answer again, with the result): its node is never held for good.
+UNANSWERED_GRACE_S = 120
+HELD_PREFIX = "held while health check "
 
 
 def _new_totals() -> Counter:
     return Counter(dict.fromkeys(("scheduled", "started", "deferred", "finished", "errors",
                                   "timed_out", "confirming", "cordoned", "held", "returned",
-                                  "released"), 0))
+                                  "released", "resent"), 0))
 
 
 # What the checks are told about a node ------------------------------------------------------
@@ -132,19 +142,25 @@ def expected_gpus(node: Node, cluster: Cluster) -> int:
 
 
 def expected_driver(node: Node, cluster: Cluster) -> str:
-    """The driver version the node must run: its `ogai.io/expected-driver` label, else the
-    profile of the last stack deployment that succeeded on it; "" when nothing says."""
+    """The driver version the node must run: its `ogai.io/expected-driver` label, else the one
+    the newest stack deployment (not a check-mode rehearsal) that finished cleanly on this node
+    deployed, as that run's own variables say (its profile may have been edited since; the run
+    may have failed on other nodes); "" when nothing says."""
     label = str(node.labels.get(EXPECTED_DRIVER_LABEL, "")).strip()
     if label:
         return label
     runs = (DeploymentRun.objects.filter(cluster=cluster, kind=DeploymentKind.STACK,
-                                         state=DeploymentState.SUCCEEDED, check_mode=False,
-                                         profile__isnull=False)
-            .order_by("-finished_at", "-id").values_list("hosts", "profile__driver_version"))
+                                         state__in=(DeploymentState.SUCCEEDED,
+                                                    DeploymentState.FAILED), check_mode=False)
+            .order_by("-finished_at", "-id").values_list("hosts", "stats", "extra_vars"))
     names = {node.name, node.address} - {""}
-    for hosts, version in runs[:50]:
-        if names & set(hosts or ()):
-            return str(version)
+    for hosts, stats, extra_vars in runs[:100]:
+        version = (extra_vars or {}).get("stack_driver_version")
+        for host in names & set(hosts or ()):
+            recap = (stats or {}).get(host)
+            if version and isinstance(recap, dict) and not recap.get("failures") \
+                    and not recap.get("unreachable"):
+                return str(version)
     return ""
 
 
@@ -230,7 +246,11 @@ def _apply_rule(run: HealthCheckRun, totals: Counter) -> None:
     """What a judged run means for its node. Called in the transaction that saved it."""
     if run.state not in JUDGED_STATES:
         return
-    if run.state == CheckState.FAILED and run.severity == CheckSeverity.FATAL:
+    # A node the checks cordoned may return: whether an exclusive check runs there is seen
+    # under the lock `_reserve` holds while one is marked RUNNING.
+    may_return = run.state == CheckState.PASSED and Node.objects.filter(
+        pk=run.node_id, cordon_source=CordonSource.HEALTH_CHECK).exists()
+    if may_return or (run.state == CheckState.FAILED and run.severity == CheckSeverity.FATAL):
         # The fleet guard counts the cluster's cordoned nodes: one such judgement at a time per
         # cluster (locked before the node, in the order a scheduling cycle and `_reserve` use).
         Cluster.objects.select_for_update(no_key=True).filter(
@@ -259,7 +279,7 @@ def _apply_rule(run: HealthCheckRun, totals: Counter) -> None:
         return
     if not fatal or _fatal_check_clear(node.pk, run.check_name):
         _set_label(node, run.check_name, False)
-    if node.cordon_source == CordonSource.HEALTH_CHECK and all(
+    if may_return and node.cordon_source == CordonSource.HEALTH_CHECK and all(
             _fatal_check_clear(node.pk, check.name) for check in health_checks().values()
             if check.severity == CheckSeverity.FATAL):
         _return_to_service(node, run)
@@ -285,7 +305,7 @@ def _take_out_of_service(node: Node, run: HealthCheckRun, newly: bool, totals: C
     """Cordon the node for a confirmed fatal failure and have its work moved; True when this
     run cordoned it. The fleet guard may keep it in service instead (labelled, and said)."""
     reason = f"failed health check {run.check_name}: {run.summary}"
-    phrase = f"it failed health check {run.check_name} ({run.summary})"
+    phrase = _out_of_service_phrase(run)
     # A node held for an exclusive check is in service as far as its cordon goes.
     cordoned = node.schedulable or node.cordon_source == CordonSource.CHECK_RUNNING
     held = _guard_holds(node) if cordoned else ""
@@ -315,20 +335,73 @@ def _take_out_of_service(node: Node, run: HealthCheckRun, newly: bool, totals: C
     else:
         return False
     node_id = node.pk
-    transaction.on_commit(lambda: node_out_of_service.send(sender=Node, node_id=node_id,
-                                                           reason=phrase))
+    transaction.on_commit(lambda: _send_out_of_service(node_id, phrase))
     return cordoned
 
 
+def _out_of_service_phrase(run: HealthCheckRun) -> str:
+    return f"it failed health check {run.check_name} ({run.summary})"
+
+
+def _send_out_of_service(node_id: int, phrase: str) -> None:
+    """Have the node's work moved. A receiver that fails is logged, not raised: the next tick
+    sends again while the node still holds work (`_resend_moves`)."""
+    for receiver, result in node_out_of_service.send_robust(sender=Node, node_id=node_id,
+                                                            reason=phrase):
+        if isinstance(result, Exception):
+            logger.error("Moving the work off node %s failed in %r: %s", node_id, receiver,
+                         result, exc_info=result)
+
+
+def _resend_moves(cluster: Cluster, totals: Counter) -> None:
+    """Send `node_out_of_service` again for each node the checks cordoned that still holds
+    work (a job with or without GPUs placed there): the first was lost (a receiver failed, the
+    worker died after the commit). Moving work is idempotent."""
+    out = list(Node.objects.filter(cluster=cluster, cordon_source=CordonSource.HEALTH_CHECK))
+    if not out:
+        return
+    held = gpu_allocations([cluster.pk])
+    for node in out:
+        if (cluster.pk, node.name) not in held:
+            continue
+        run = (HealthCheckRun.objects.filter(node=node, state=CheckState.FAILED,
+                                             severity=CheckSeverity.FATAL)
+               .order_by("-created_at", "-id").first())
+        phrase = (_out_of_service_phrase(run) if run
+                  else f"it was taken out of service ({node.health_reason})")
+        logger.warning("Node %s is out of service after a health check but still holds work: "
+                       "moving it off again", node.name)
+        _send_out_of_service(node.pk, phrase)
+        totals["resent"] += 1
+
+
 def _return_to_service(node: Node, run: HealthCheckRun) -> None:
+    """Back in service; held instead while an exclusive check runs there (`_reserve` leaves a
+    cordoned node as it is, so one may), and given back when that check ends."""
     reason = node.health_reason
-    node.schedulable = True
-    node.cordon_source = CordonSource.NONE
-    node.health_reason = ""
+    running = exclusive_check_running(node.pk)
+    node.schedulable = not running
+    node.cordon_source = CordonSource.CHECK_RUNNING if running else CordonSource.NONE
+    node.health_reason = held_reason(running) if running else ""
     node.save(update_fields=["schedulable", "cordon_source", "health_reason", "updated_at"])
     audit_record(actor=None, action="node.uncordon", obj=node,
                  changes={"reason": f"passed its health checks again (was: {reason})",
-                          "source": CordonSource.HEALTH_CHECK, "run": run.pk})
+                          "source": CordonSource.HEALTH_CHECK, "run": run.pk,
+                          **({"held_for": running} if running else {})})
+
+
+def held_reason(check_name: str) -> str:
+    """The reason of a node held for an exclusive check."""
+    return f"{HELD_PREFIX}{check_name} runs"
+
+
+def exclusive_check_running(node_id: int) -> str:
+    """The name of an exclusive check running on the node ("" when none): its GPUs are the
+    check's until it ends."""
+    exclusive = [name for name, check in health_checks().items() if check.exclusive]
+    return HealthCheckRun.objects.filter(
+        node_id=node_id, state=CheckState.RUNNING, check_name__in=exclusive,
+    ).order_by("started_at", "id").values_list("check_name", flat=True).first() or ""
 
 
 # Finishing runs ------------------------------------------------------------------------------
@@ -372,18 +445,45 @@ def _judge_finished(run: HealthCheckRun, status: WorkloadStatus, driver: Cluster
     return check.judge(exit_code, parse_result(log), facts)
 
 
-def _collect(cluster: Cluster, driver: ClusterDriver, checks: dict[str, HealthCheck],
-             now: datetime, totals: Counter) -> None:
-    """Judge the runs whose workload ended; end those past their timeout."""
+def _running(cluster: Cluster) -> dict[str, list[HealthCheckRun]]:
+    """The cluster's RUNNING runs by workload."""
     groups: dict[str, list[HealthCheckRun]] = defaultdict(list)
     for run in HealthCheckRun.objects.filter(node__cluster=cluster, state=CheckState.RUNNING):
         groups[run.workload_id].append(run)
+    return groups
+
+
+def _end_unanswered(cluster: Cluster, driver: ClusterDriver | None,
+                    groups: dict[str, list[HealthCheckRun]], checks: dict[str, HealthCheck],
+                    now: datetime, totals: Counter, error: str) -> None:
+    """The cluster cannot be asked (`error`): end the runs past their timeout and a grace as
+    errors all the same, so their nodes are given back; stop their workloads if it can."""
+    for workload_id, runs in groups.items():
+        check = _check_of(runs[0].check_name, checks)
+        started = min((r.started_at for r in runs if r.started_at), default=now)
+        if (now - started).total_seconds() <= check.timeout_s + UNANSWERED_GRACE_S:
+            continue
+        if driver is not None:
+            with contextlib.suppress(DriverError):
+                driver.cancel(workload_id)
+        for run in runs:
+            _finish(run, Verdict.could_not_run(
+                f"could not ask the cluster: {error} (past its {check.timeout_s:g} s timeout)"),
+                now, totals)
+            totals["timed_out"] += 1
+
+
+def _collect(cluster: Cluster, driver: ClusterDriver, checks: dict[str, HealthCheck],
+             now: datetime, totals: Counter) -> None:
+    """Judge the runs whose workload ended; end those past their timeout."""
+    groups = _running(cluster)
     if not groups:
         return
     try:
         statuses = driver.status(list(groups))
     except DriverError as exc:
         logger.warning("Cluster %s: health check status failed: %s", cluster.name, exc)
+        _end_unanswered(cluster, driver, groups, checks, now, totals, str(exc))
         return
     for workload_id, runs in groups.items():
         status = statuses.get(workload_id)
@@ -517,12 +617,13 @@ def _start_pending(cluster: Cluster, driver: ClusterDriver, checks: dict[str, He
                     _defer(run, "deferred: node busy (work was just placed there)", totals)
 
 
-def _reserve(cluster: Cluster, nodes: list[Node]) -> bool:
+def _reserve(cluster: Cluster, nodes: list[Node], check_name: str) -> bool:
     """Take idle nodes out of the scheduler's hands for an exclusive check, or none of them if
     work holds GPUs on any. The cluster row is locked as a scheduling cycle locks it, so no
     cycle places work on them between this look and the check's launch. A node already cordoned
-    stays as it is (nothing will be placed there anyway). Called in the transaction that marks
-    the check's runs RUNNING: a node is never held without a running exclusive check."""
+    stays as it is (nothing will be placed there anyway; should the checks return it to service
+    meanwhile, it is held then). Called in the transaction that marks the check's runs RUNNING:
+    a node is never held without a running exclusive check."""
     with transaction.atomic():
         Cluster.objects.select_for_update(no_key=True).filter(pk=cluster.pk).first()
         held = gpu_allocations([cluster.pk])
@@ -532,7 +633,7 @@ def _reserve(cluster: Cluster, nodes: list[Node]) -> bool:
         Node.objects.filter(pk__in=[node.pk for node in nodes if node.gpus], schedulable=True,
                             cordon_source=CordonSource.NONE).update(
             schedulable=False, cordon_source=CordonSource.CHECK_RUNNING,
-            updated_at=timezone.now())
+            health_reason=held_reason(check_name), updated_at=timezone.now())
     return True
 
 
@@ -542,12 +643,17 @@ def _release(node_id: int) -> None:
 
 
 def _release_idle(nodes) -> int:
-    """Give back those of the nodes held for an exclusive check where none runs any more."""
+    """Give back those of the nodes held for an exclusive check where none runs any more (the
+    reason cleared if it is still the hold's)."""
     exclusive = [name for name, check in health_checks().items() if check.exclusive]
     running = HealthCheckRun.objects.filter(state=CheckState.RUNNING, check_name__in=exclusive)
+    held = Q(health_reason__startswith=HELD_PREFIX, health_reason__endswith=" runs")
     return nodes.filter(cordon_source=CordonSource.CHECK_RUNNING).exclude(
         pk__in=running.values("node_id")).update(
-        schedulable=True, cordon_source=CordonSource.NONE, updated_at=timezone.now())
+        schedulable=True, cordon_source=CordonSource.NONE,
+        health_reason=Case(When(held, then=Value("")), default=F("health_reason"),
+                           output_field=TextField()),
+        updated_at=timezone.now())
 
 
 def _sweep_holds(cluster: Cluster, totals: Counter) -> None:
@@ -587,7 +693,7 @@ def _start(cluster: Cluster, driver: ClusterDriver, check: HealthCheck,
                     .filter(pk__in=ids, state=CheckState.PENDING).values_list("pk", flat=True))
         if taken != set(ids):
             return True  # another tick started them
-        if check.exclusive and not _reserve(cluster, [run.node for run in runs]):
+        if check.exclusive and not _reserve(cluster, [run.node for run in runs], check.name):
             return False
         for index, (run, fact) in enumerate(zip(runs, facts, strict=True)):
             run.state, run.started_at, run.workload_id = CheckState.RUNNING, now, workload_id
@@ -649,13 +755,17 @@ def health_checks_tick(*, now: datetime | None = None,
     if cluster_id is not None:
         clusters = clusters.filter(pk=cluster_id)
     for cluster in clusters:
+        # First what needs no driver, so nothing that fails below keeps a node held or its
+        # work on a node out of service.
+        _sweep_holds(cluster, totals)
+        _resend_moves(cluster, totals)
         try:
             driver = driver_for(cluster)
         except DriverError as exc:
             logger.warning("Cluster %s: no driver for health checks: %s", cluster.name, exc)
+            _end_unanswered(cluster, None, _running(cluster), checks, now, totals, str(exc))
             continue
         _collect(cluster, driver, checks, now, totals)
-        _sweep_holds(cluster, totals)
         _schedule_due(cluster, driver, checks, now, totals)
         _start_pending(cluster, driver, checks, now, totals)
     return dict(totals)
@@ -675,6 +785,9 @@ def health_check_run_now(*, actor, node: Node, check_name: str | None = None
     runs (a check already pending or running there is not started twice); they start at the
     next tick, asked for on commit."""
     require_platform_admin(actor)
+    # The cluster row first, as `_schedule_due` takes it: a manual and a scheduled run of a
+    # check are never both made on a node.
+    Cluster.objects.select_for_update(no_key=True).filter(pk=node.cluster_id).first()
     checks = health_checks()
     if check_name:
         if check_name not in checks:
@@ -711,7 +824,13 @@ def health_check_run_now(*, actor, node: Node, check_name: str | None = None
 
 def _partner(node: Node, check: HealthCheck) -> Node:
     cluster = node.cluster
-    if not driver_for(cluster).supports(FEATURE_MULTI_NODE):
+    try:
+        driver = driver_for(cluster)
+    except DriverError as exc:
+        raise ValidationError({"check": f"{check.name} cannot be run now: the "
+                               f"{cluster.driver} driver of cluster {cluster.name} is not "
+                               f"available ({exc})."}) from None
+    if not driver.supports(FEATURE_MULTI_NODE):
         raise ValidationError({"check": f"{check.name} runs over several nodes, which the "
                                f"{cluster.driver} driver cannot do."})
     others = list(cluster.nodes.exclude(pk=node.pk).filter(health=NodeHealth.HEALTHY)

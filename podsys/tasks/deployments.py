@@ -3,6 +3,7 @@ from celery import shared_task
 from podsys.models import DeploymentRun
 from podsys.services.deployments import (
     RUN_TIMEOUT_S,
+    deployment_artifacts_prune,
     deployment_execute,
     deployment_runs_sweep,
 )
@@ -20,6 +21,6 @@ def deploy_run(run_id: int) -> str:
 
 @shared_task(name="podsys.sweep_deployment_runs", queue="cluster", acks_late=True,
              reject_on_worker_lost=True, time_limit=120, soft_time_limit=100)
-def sweep_deployment_runs() -> int:
-    """End running deployment runs whose worker is gone."""
-    return deployment_runs_sweep()
+def sweep_deployment_runs() -> dict:
+    """End running deployment runs whose worker is gone; delete old runs' working folders."""
+    return {"ended": deployment_runs_sweep(), "pruned": deployment_artifacts_prune()}

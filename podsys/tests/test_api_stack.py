@@ -102,7 +102,8 @@ def test_operators_deploy_and_follow_runs(api, world, cluster,
     # The grid, as the console reads it while the run goes on.
     DeploymentRun.objects.filter(pk=run.pk).update(state=DeploymentState.RUNNING)
     DeploymentTaskResult.objects.create(run=run, host="gpu-1", position=0,
-                                        task="Gathering Facts", status=TaskStatus.OK)
+                                        task="Gathering Facts", status=TaskStatus.OK,
+                                        output="ansible_facts: …")
     DeploymentTaskResult.objects.create(run=run, host="gpu-2", position=0,
                                         task="Gathering Facts", status=TaskStatus.UNREACHABLE,
                                         output="Connection timed out")
@@ -111,6 +112,8 @@ def test_operators_deploy_and_follow_runs(api, world, cluster,
     assert [(h["host"], h["state"]) for h in grid["hosts"]] == [("gpu-1", "running"),
                                                                 ("gpu-2", "unreachable")]
     assert grid["hosts"][1]["output"] == "Connection timed out"
+    # Polled: a cell carries its output where the task failed or was unreachable, only.
+    assert [h["cells"][0]["output"] for h in grid["hosts"]] == ["", "Connection timed out"]
 
     response = client.post(f"{RUNS}{run.pk}/cancel/")
     assert response.status_code == 200 and response.json()["state"] == "cancelled"

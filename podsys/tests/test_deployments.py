@@ -2,6 +2,7 @@
 failed nodes, cancelling; and real `ansible-runner` runs of stack.yml against this machine in
 check mode (nothing on it changes)."""
 
+import os
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -227,11 +228,64 @@ def test_a_clean_run_succeeds_and_has_nothing_to_rerun(world, lab,
         "ok": {"gpu-a": 1}, "ignored": {"gpu-a": 1}, "processed": {"gpu-a": 1}}})
     run = _finish(run, recorder, "successful", 0, "")
     assert run.state == DeploymentState.SUCCEEDED
-    assert run.results.get().status == TaskStatus.OK  # a failure the playbook tolerates
-    assert deployment_grid(run=run)["hosts"][0]["state"] == "ok"
+    # A failure the playbook tolerates: shown as it was, said so, not counted.
+    row = run.results.get()
+    assert row.status == TaskStatus.FAILED
+    assert row.output == "Failed, ignored (ignore_errors).\ntolerated"
+    host = deployment_grid(run=run)["hosts"][0]
+    assert (host["state"], host["failed_task"]) == ("ok", "")
     with pytest.raises(ValidationError) as refused:
         deployment_rerun_failed(actor=world.operator, run=run)
     assert "Nothing failed" in refused.value.message_dict["run"][0]
+
+
+def test_an_unreachable_node_the_playbook_tolerates_is_judged_by_its_recap(
+        world, lab, django_capture_on_commit_callbacks):
+    """`ignore_unreachable` does not show in the event: the recap says the node went on."""
+    cluster, profile = lab
+    run = start(world, cluster, profile, ["gpu-a", "gpu-b"], django_capture_on_commit_callbacks)
+    recorder = _Recorder(run)
+    for host in ("gpu-a", "gpu-b"):
+        recorder.on_event(_event("runner_on_start", host, "t1", "Ask the BMC"))
+    recorder.on_event(_event("runner_on_ok", "gpu-a", "t1", "Ask the BMC", res={}))
+    recorder.on_event(_event("runner_on_unreachable", "gpu-b", "t1", "Ask the BMC",
+                             res={"unreachable": True, "msg": "No route to host"}))
+    recorder.on_event(_event("runner_on_start", "gpu-b", "t2", "Carry on"))
+    recorder.on_event(_event("runner_on_ok", "gpu-b", "t2", "Carry on", res={}))
+    # Live, before the recap: gpu-b went on past it, so it is running, not stopped.
+    assert [h["state"] for h in deployment_grid(run=run)["hosts"]] == ["running", "running"]
+    recorder.on_event({"event": "playbook_on_stats", "event_data": {
+        "ok": {"gpu-a": 1, "gpu-b": 2}, "ignored": {"gpu-b": 1},
+        "processed": {"gpu-a": 1, "gpu-b": 1}}})
+    run = _finish(run, recorder, "successful", 0, "")
+    assert (run.state, run.message) == (DeploymentState.SUCCEEDED, "")
+    assert run.results.get(host="gpu-b", position=0).status == TaskStatus.UNREACHABLE
+    assert deployment_failed_hosts(run) == []
+    grid = deployment_grid(run=run)
+    assert [(h["state"], h["failed_task"]) for h in grid["hosts"]] == [("ok", ""), ("ok", "")]
+
+
+def test_the_grid_reads_the_output_of_failures_only(world, lab, django_assert_num_queries,
+                                                    django_capture_on_commit_callbacks):
+    """Read every 2 s by every viewer: the output of the tasks that went well stays in the
+    database."""
+    cluster, profile = lab
+    run = start(world, cluster, profile, ["gpu-a", "gpu-b"], django_capture_on_commit_callbacks)
+    DeploymentRun.objects.filter(pk=run.pk).update(state=DeploymentState.RUNNING)
+    for position in range(3):
+        DeploymentTaskResult.objects.create(run=run, host="gpu-a", position=position,
+                                            task=f"Task {position}", status=TaskStatus.OK,
+                                            output="x" * 8000)
+    DeploymentTaskResult.objects.create(run=run, host="gpu-b", position=0, task="Task 0",
+                                        status=TaskStatus.FAILED, output="E: no such package")
+    run = DeploymentRun.objects.get(pk=run.pk)
+    with django_assert_num_queries(1):
+        grid = deployment_grid(run=run)
+    a, b = grid["hosts"]
+    assert [cell["output"] for cell in a["cells"]] == ["", "", ""]
+    assert b["cells"][0]["output"] == "E: no such package"
+    assert (b["state"], b["failed_task"], b["output"]) == ("failed", "Task 0",
+                                                           "E: no such package")
 
 
 # Runs with a stand-in for ansible-runner ----------------------------------------------------
@@ -319,6 +373,71 @@ def test_an_accounts_run_pushes_the_accounts_as_they_are_when_it_starts(
         cluster_accounts_push(actor=world.operator, cluster=cluster)  # free again
 
 
+def test_a_run_that_fails_early_says_the_end_of_ansibles_output_read_from_its_end(
+        world, lab, monkeypatch, django_capture_on_commit_callbacks):
+    """A long run's output runs to hundreds of MB: only its end is read."""
+    cluster, profile = lab
+
+    class Ended:
+        status, rc = "failed", 4
+
+        @property
+        def stdout(self):  # ansible-runner's handle on the whole file
+            raise AssertionError("the whole of Ansible's output was read")
+
+    def run(**kwargs):
+        artifacts = Path(kwargs["private_data_dir"]) / "artifacts" / kwargs["ident"]
+        artifacts.mkdir(parents=True)
+        with (artifacts / "stdout").open("w") as handle:
+            for number in range(60_000):
+                handle.write(f"line {number}: ok ✓\n")
+            handle.write("ERROR! the playbook could not be parsed\n")
+        return Ended()
+
+    monkeypatch.setattr(ansible_runner, "run", run)
+    run = start(world, cluster, profile, ["gpu-a"], django_capture_on_commit_callbacks)
+    assert deploy_run(run.pk) == DeploymentState.FAILED
+    run.refresh_from_db()
+    assert run.message.startswith("ansible-playbook failed before any task ran. …")
+    assert run.message.endswith("line 59999: ok ✓\nERROR! the playbook could not be parsed")
+    assert len(run.message) < 2100
+
+
+def test_old_runs_working_folders_are_pruned_and_their_results_kept(
+        world, lab, settings, fake_ansible, django_capture_on_commit_callbacks):
+    cluster, profile = lab
+    settings.OGAI_DEPLOYMENT_ARTIFACTS_DAYS = 30
+    root = Path(settings.DATA_DIR) / "deployments"
+    old = start(world, cluster, profile, ["gpu-a"], django_capture_on_commit_callbacks)
+    assert deploy_run(old.pk) == DeploymentState.SUCCEEDED
+    recent = start(world, cluster, profile, ["gpu-b"], django_capture_on_commit_callbacks)
+    assert deploy_run(recent.pk) == DeploymentState.SUCCEEDED
+    running = start(world, cluster, profile, ["gpu-a"], django_capture_on_commit_callbacks)
+    long_ago = timezone.now() - timedelta(days=31)
+    DeploymentRun.objects.filter(pk=old.pk).update(finished_at=long_ago)
+    DeploymentRun.objects.filter(pk=running.pk).update(state=DeploymentState.RUNNING,
+                                                       updated_at=timezone.now())
+    (root / str(running.pk)).mkdir()
+    # Folders of runs deleted since: by their age.
+    gone, fresh = root / "99998", root / "99999"
+    gone.mkdir()
+    fresh.mkdir()
+    os.utime(gone, (long_ago.timestamp(), long_ago.timestamp()))
+    (root / "notes").mkdir()
+    assert (root / str(old.pk)).is_dir() and (root / str(recent.pk)).is_dir()
+
+    assert sweep_deployment_runs() == {"ended": 0, "pruned": 2}
+    assert sorted(path.name for path in root.iterdir()) == sorted(
+        [str(recent.pk), str(running.pk), "99999", "notes"])
+    old = DeploymentRun.objects.get(pk=old.pk)
+    assert old.state == DeploymentState.SUCCEEDED and old.results.count() == 1
+    assert sweep_deployment_runs()["pruned"] == 0
+
+    settings.OGAI_DEPLOYMENT_ARTIFACTS_DAYS = 0  # kept for good
+    DeploymentRun.objects.filter(pk=recent.pk).update(finished_at=long_ago)
+    assert sweep_deployment_runs()["pruned"] == 0 and (root / str(recent.pk)).is_dir()
+
+
 def _running(run, *, heartbeat_age_s: float) -> DeploymentRun:
     """The run as a worker left it mid-way: RUNNING, a task under way on gpu-a."""
     DeploymentRun.objects.filter(pk=run.pk).update(
@@ -350,10 +469,10 @@ def test_a_run_whose_worker_stopped_beating_long_ago_is_swept(
     cluster, profile = lab
     run = start(world, cluster, profile, ["gpu-a"], django_capture_on_commit_callbacks)
     _running(run, heartbeat_age_s=deployments.LOST_AFTER_S + 60)
-    assert sweep_deployment_runs() == 0, "a redelivery may still come: not yet"
+    assert sweep_deployment_runs()["ended"] == 0, "a redelivery may still come: not yet"
     DeploymentRun.objects.filter(pk=run.pk).update(
         updated_at=timezone.now() - timedelta(seconds=deployments.SWEEP_AFTER_S + 60))
-    assert sweep_deployment_runs() == 1
+    assert sweep_deployment_runs()["ended"] == 1
     run.refresh_from_db()
     assert (run.state, run.message) == (DeploymentState.FAILED, LOST_MESSAGE)
     assert deployment_failed_hosts(run) == ["gpu-a"]
@@ -379,6 +498,66 @@ def test_a_run_whose_worker_still_beats_is_left_to_it(
 
 
 # Real runs of stack.yml against this machine ------------------------------------------------
+
+
+RESCUED_AND_IGNORED = """
+- name: Failures that are rescued, ignored, and one that is not
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Try the fast way
+      block:
+        - name: Fail on purpose
+          ansible.builtin.fail:
+            msg: no fast way here
+      rescue:
+        - name: Take the slow way
+          ansible.builtin.debug:
+            msg: rescued
+    - name: Probe something optional
+      ansible.builtin.fail:
+        msg: not there
+      ignore_errors: true
+    - name: Fail for real on gpu-c
+      ansible.builtin.fail:
+        msg: gpu-c is broken
+      when: inventory_hostname == "gpu-c"
+    - name: Carry on
+      ansible.builtin.debug:
+        msg: done
+"""
+
+
+def test_a_rescued_or_ignored_failure_does_not_fail_its_node(
+        world, lab, tmp_path, monkeypatch, django_capture_on_commit_callbacks):
+    """A real ansible-runner run of a small playbook on this machine (two local nodes): the
+    failures stay in the grid, each node is judged by its play recap."""
+    cluster, profile = lab
+    Node.objects.create(cluster=cluster, name="gpu-c", address="localhost")
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    (plays / "stack.yml").write_text(RESCUED_AND_IGNORED)
+    monkeypatch.setattr(deployments, "PLAYBOOKS_DIR", plays)
+    run = start(world, cluster, profile, ["gpu-a", "gpu-c"], django_capture_on_commit_callbacks)
+    assert deploy_run(run.pk) == DeploymentState.FAILED
+    run.refresh_from_db()
+    assert run.stats["gpu-a"]["rescued"] == 1 and run.stats["gpu-a"]["ignored"] == 1
+    assert run.message == "1 of 2 nodes did not finish: gpu-c (failed at: Fail for real on gpu-c)."
+    a_rows = {row.task: row for row in run.results.filter(host="gpu-a")}
+    assert a_rows["Fail on purpose"].status == TaskStatus.FAILED
+    assert a_rows["Take the slow way"].status == TaskStatus.OK
+    ignored = a_rows["Probe something optional"]
+    assert (ignored.status, ignored.output) == (TaskStatus.FAILED,
+                                                "Failed, ignored (ignore_errors).\nnot there")
+    assert a_rows["Carry on"].status == TaskStatus.OK
+
+    assert deployment_failed_hosts(run) == ["gpu-c"]
+    grid = deployment_grid(run=run)
+    a, c = grid["hosts"]
+    assert (a["state"], a["failed_task"], a["output"]) == ("ok", "", "")
+    assert (c["state"], c["failed_task"], c["output"]) == ("failed", "Fail for real on gpu-c",
+                                                           "gpu-c is broken")
+    assert deployment_rerun_failed(actor=world.operator, run=run).hosts == ["gpu-c"]
 
 
 # Any user: a check-mode run on this machine needs no sudo (see `_inventory`).

@@ -130,23 +130,52 @@ def test_expected_gpus_come_from_the_label_else_the_most_seen(gpu_cluster):
     assert expected_gpus(node, gpu_cluster.cluster) == 4
 
 
+def _stack_run(cluster, profile, version: str, stats: dict, **fields) -> DeploymentRun:
+    return DeploymentRun.objects.create(
+        cluster=cluster, kind=DeploymentKind.STACK, profile=profile, hosts=sorted(stats),
+        extra_vars={"stack_driver_version": version}, stats=stats,
+        finished_at=timezone.now(), **{"state": DeploymentState.SUCCEEDED, **fields})
+
+
+CLEAN = {"ok": 12, "changed": 3, "failures": 0, "unreachable": 0}
+FAILED = {"ok": 4, "changed": 1, "failures": 1, "unreachable": 0}
+
+
 def test_expected_driver_comes_from_the_label_else_the_deployed_profile(gpu_cluster):
     cluster = gpu_cluster.cluster
     node = Node.objects.get(cluster=cluster, name="fake-node-001")
+    other = Node.objects.get(cluster=cluster, name="fake-node-000")
     assert expected_driver(node, cluster) == ""
     profile = StackProfile.objects.create(name="h100", driver_version="550.127.05",
                                           cuda_version="12.4")
-    DeploymentRun.objects.create(cluster=cluster, kind=DeploymentKind.STACK, profile=profile,
-                                 hosts=["fake-node-001"], state=DeploymentState.SUCCEEDED,
-                                 finished_at=timezone.now())
-    DeploymentRun.objects.create(cluster=cluster, kind=DeploymentKind.STACK, profile=profile,
-                                 hosts=["fake-node-000"], state=DeploymentState.FAILED,
-                                 finished_at=timezone.now())
+    _stack_run(cluster, profile, "550.127.05", {"fake-node-001": CLEAN})
+    _stack_run(cluster, profile, "550.127.05", {"fake-node-000": FAILED},
+               state=DeploymentState.FAILED)
     assert expected_driver(node, cluster) == "550.127.05"
-    assert expected_driver(Node.objects.get(cluster=cluster, name="fake-node-000"),
-                           cluster) == ""
+    assert expected_driver(other, cluster) == ""
     node.labels = {"ogai.io/expected-driver": "535"}
     assert expected_driver(node, cluster) == "535"
+
+
+def test_expected_driver_is_what_reached_each_node(gpu_cluster):
+    """The driver a run deployed, not the profile's now; per node, the newest run that
+    finished cleanly there, even when it failed elsewhere."""
+    cluster = gpu_cluster.cluster
+    node, other = (Node.objects.get(cluster=cluster, name=name)
+                   for name in ("fake-node-001", "fake-node-000"))
+    profile = StackProfile.objects.create(name="h100", driver_version="535.183.01",
+                                          cuda_version="12.2")
+    _stack_run(cluster, profile, "535.183.01", {"fake-node-000": CLEAN, "fake-node-001": CLEAN})
+    # An upgrade reaches one node and fails on the other.
+    _stack_run(cluster, profile, "550.127.05", {"fake-node-000": FAILED, "fake-node-001": CLEAN},
+               state=DeploymentState.FAILED)
+    # A rehearsal changes nothing.
+    _stack_run(cluster, profile, "560.35.03", {"fake-node-000": CLEAN, "fake-node-001": CLEAN},
+               check_mode=True)
+    # The profile edited since: the nodes still run what was deployed.
+    StackProfile.objects.filter(pk=profile.pk).update(driver_version="570.86.15")
+    assert expected_driver(node, cluster) == "550.127.05"
+    assert expected_driver(other, cluster) == "535.183.01"
 
 
 def test_the_local_drivers_invented_gpus_are_not_expected(world, tmp_path):
@@ -284,3 +313,19 @@ def test_all_reduce_gangs_are_small_and_never_alone():
     assert [len(g) for g in _gangs(list(range(17)), 8)] == [8, 9]
     assert [len(g) for g in _gangs(list(range(18)), 8)] == [8, 8, 2]
     assert [len(g) for g in _gangs(list(range(3)), 8)] == [3]
+
+
+def test_an_all_reduce_asked_for_without_a_driver_is_a_clear_error(api, world, farm,
+                                                                   monkeypatch):
+    from podsys.drivers.base import DriverError
+
+    def no_driver(cluster):
+        raise DriverError("kubeconfig rejected")
+
+    monkeypatch.setattr("podsys.services.health.driver_for", no_driver)
+    node = Node.objects.get(cluster=farm.cluster, name="fake-node-000")
+    response = api.as_user(world.operator).post(f"/api/v1/podsys/nodes/{node.pk}/check/",
+                                                {"check": "nccl-allreduce"}, format="json")
+    assert response.status_code == 400
+    assert "kubeconfig rejected" in response.json()["fields"]["check"][0]
+    assert not HealthCheckRun.objects.exists()

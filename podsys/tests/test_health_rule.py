@@ -9,10 +9,12 @@ from datetime import timedelta
 
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from infra_os.models import AuditEvent
 from podsys.choices import CheckSeverity, CheckState, CheckTrigger, CordonSource
+from podsys.drivers.base import DriverError
 from podsys.drivers.fake import FakeDriver
 from podsys.models import HealthCheckRun, Node
 from podsys.services.clusters import cluster_sync_nodes, node_set_schedulable
@@ -441,3 +443,136 @@ def test_each_tick_gives_back_a_node_held_for_a_check_that_no_longer_runs(exclus
     assert stale.schedulable and stale.cordon_source == CordonSource.NONE
     running = exclusive.node("fake-node-000")
     assert not running.schedulable and running.cordon_source == CordonSource.CHECK_RUNNING
+
+
+HELD = "held while health check pcie-bandwidth runs"
+
+
+def test_a_node_returning_while_an_exclusive_check_runs_there_stays_held(health, settings):
+    settings.OGAI_HEALTH_CHECKS = {**CHECKS,
+                                   "pcie-bandwidth": "podsys.health.checks.PcieBandwidth"}
+    bad = "fake-node-001"
+    health.fake.inject_fault(bad, "gpu-presence", "7 of 8 GPUs found")
+    health.fake.inject_fault(bad, "pcie-bandwidth", hang=True)  # still measuring throughout
+    for _ in range(3):  # fail, confirm, cordon
+        health.tick()
+    assert health.node(bad).cordon_source == CordonSource.HEALTH_CHECK
+    assert runs(health.node(bad), "pcie-bandwidth") == [CheckState.RUNNING]
+
+    health.fake.clear_fault(bad, "gpu-presence")
+    health.tick(301)
+    health.tick()  # gpu-presence passes again while pcie-bandwidth holds every GPU
+    node = health.node(bad)
+    assert runs(node)[-1] == CheckState.PASSED
+    assert not node.schedulable, "no job may land on the GPUs the check holds"
+    assert node.cordon_source == CordonSource.CHECK_RUNNING
+    assert node.health_reason == HELD
+
+    pcie = HealthCheckRun.objects.get(node=node, check_name="pcie-bandwidth")
+    health.fake.crash(pcie.workload_id, exit_code=0)
+    health.tick()
+    node = health.node(bad)
+    assert node.schedulable and node.cordon_source == CordonSource.NONE
+    assert node.health_reason == ""
+
+
+def test_a_node_held_for_a_check_is_not_uncordoned_but_may_be_cordoned(exclusive):
+    operator = exclusive.world.operator
+    exclusive.fake.inject_fault("fake-node-000", "pcie-bandwidth", hang=True)
+    Node.objects.filter(name="fake-node-001").update(gpus_in_use=8)  # its check waits
+    exclusive.tick()
+    node = exclusive.node("fake-node-000")
+    assert node.cordon_source == CordonSource.CHECK_RUNNING
+    assert node.health_reason == HELD
+
+    with pytest.raises(ValidationError) as raised:
+        node_set_schedulable(actor=operator, node=node, schedulable=True)
+    assert raised.value.message_dict["node"] == [
+        "Node fake-node-000 is held while health check pcie-bandwidth runs; it returns by "
+        "itself when the check ends."]
+    assert exclusive.node("fake-node-000").cordon_source == CordonSource.CHECK_RUNNING
+
+    # The operator's cordon wins over the hold ...
+    node_set_schedulable(actor=operator, node=node, schedulable=False, reason="maintenance")
+    node = exclusive.node("fake-node-000")
+    assert (node.schedulable, node.cordon_source, node.health_reason) == (
+        False, CordonSource.OPERATOR, "maintenance")
+    # ... and lifting it while the check still runs leaves the node held until the check ends.
+    node_set_schedulable(actor=operator, node=node, schedulable=True)
+    node = exclusive.node("fake-node-000")
+    assert (node.schedulable, node.cordon_source, node.health_reason) == (
+        False, CordonSource.CHECK_RUNNING, HELD)
+
+    node_set_schedulable(actor=operator, node=node, schedulable=False, reason="maintenance")
+    run = HealthCheckRun.objects.get(node=node)
+    exclusive.fake.crash(run.workload_id, exit_code=0)
+    exclusive.tick()  # the check ends: the operator's cordon stays
+    node = exclusive.node("fake-node-000")
+    assert (node.schedulable, node.cordon_source, node.health_reason) == (
+        False, CordonSource.OPERATOR, "maintenance")
+    node_set_schedulable(actor=operator, node=node, schedulable=True)
+    assert exclusive.node("fake-node-000").schedulable
+
+
+def test_checks_end_past_their_timeout_when_the_cluster_cannot_be_asked(exclusive, monkeypatch,
+                                                                          caplog):
+    exclusive.fake.inject_fault("fake-node-000", "pcie-bandwidth", hang=True)
+    Node.objects.filter(name="fake-node-001").update(gpus_in_use=8)  # its check waits
+    exclusive.tick()
+    assert exclusive.node("fake-node-000").cordon_source == CordonSource.CHECK_RUNNING
+
+    def unreachable(self, handles):
+        raise DriverError("connection refused")
+
+    monkeypatch.setattr(FakeDriver, "status", unreachable)
+    exclusive.tick(300)  # within its 600 s: it may still answer
+    run = HealthCheckRun.objects.get(node__name="fake-node-000")
+    assert run.state == CheckState.RUNNING
+    exclusive.tick(600)
+    run.refresh_from_db()
+    assert run.state == CheckState.ERROR
+    assert run.summary.startswith("could not ask the cluster: connection refused")
+    node = exclusive.node("fake-node-000")
+    assert node.schedulable and node.cordon_source == CordonSource.NONE
+
+
+def test_a_tick_without_a_driver_still_gives_back_held_nodes(exclusive, monkeypatch):
+    exclusive.fake.inject_fault("fake-node-000", "pcie-bandwidth", hang=True)
+    Node.objects.filter(name="fake-node-001").update(gpus_in_use=8)
+    exclusive.tick()
+    # As a worker killed between holding the node and launching the check leaves it.
+    Node.objects.filter(name="fake-node-001").update(
+        schedulable=False, cordon_source=CordonSource.CHECK_RUNNING, health_reason=HELD)
+
+    def no_driver(cluster):
+        raise DriverError("the fake driver is not installed")
+
+    monkeypatch.setattr("podsys.services.health.driver_for", no_driver)
+    assert exclusive.tick()["released"] == 1
+    stale = exclusive.node("fake-node-001")
+    assert (stale.schedulable, stale.cordon_source, stale.health_reason) == (
+        True, CordonSource.NONE, "")
+    assert exclusive.node("fake-node-000").cordon_source == CordonSource.CHECK_RUNNING
+    exclusive.tick(800)  # the running check ends past its timeout all the same
+    run = HealthCheckRun.objects.get(node__name="fake-node-000")
+    assert run.state == CheckState.ERROR
+    assert run.summary.startswith("could not ask the cluster: the fake driver is not installed")
+    assert exclusive.node("fake-node-000").schedulable
+
+
+def test_a_manual_run_takes_the_cluster_lock_a_scheduled_one_takes(health, monkeypatch):
+    from django.db.models.query import QuerySet
+
+    from podsys.models import Cluster
+
+    locked = []
+    original = QuerySet.select_for_update
+
+    def spy(self, *args, **kwargs):
+        locked.append((self.model, kwargs.get("no_key", False)))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(QuerySet, "select_for_update", spy)
+    health_check_run_now(actor=health.world.operator, node=health.node("fake-node-000"),
+                         check_name="gpu-presence")
+    assert locked[:1] == [(Cluster, True)]
