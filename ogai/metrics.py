@@ -21,7 +21,6 @@ adds up all processes (prometheus_client's multiprocess mode).
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import os
 import threading
@@ -37,7 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from ogai.request_context import client_ip
+from ogai.request_context import client_ip, in_networks
 
 logger = logging.getLogger("ogai.metrics")
 
@@ -187,20 +186,11 @@ def exposition() -> bytes:
     return generate_latest(_Exposition())  # type: ignore[arg-type]
 
 
-def _from_metrics_network(address: str | None) -> bool:
-    try:
-        ip = ipaddress.ip_address(address or "")
-    except ValueError:
-        return False
-    return any(ip in ipaddress.ip_network(net, strict=False)
-               for net in settings.OGAI_METRICS_NETWORKS)
-
-
 @never_cache
 @require_GET
 def metrics_view(request):
     token = settings.OGAI_METRICS_TOKEN
-    if not token and not _from_metrics_network(client_ip(request)):
+    if not token and not in_networks(client_ip(request), settings.OGAI_METRICS_NETWORKS):
         return HttpResponse("Metrics are served to OGAI_METRICS_NETWORKS only; set "
                             "OGAI_METRICS_TOKEN to scrape from elsewhere.\n", status=403,
                             content_type="text/plain; charset=utf-8")

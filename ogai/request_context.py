@@ -3,11 +3,21 @@
 The middleware sets it for each web request; Celery tasks and management commands leave it empty.
 """
 
+import ipaddress
 from contextvars import ContextVar
 
 from django.conf import settings
 
 source_ip: ContextVar[str | None] = ContextVar("ogai_source_ip", default=None)
+
+
+def in_networks(address: str | None, networks: list[str]) -> bool:
+    """Whether `address` (an IP, as `client_ip` gives it) lies in one of `networks` (CIDRs)."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    return any(ip in ipaddress.ip_network(net, strict=False) for net in networks)
 
 
 def client_ip(request) -> str | None:

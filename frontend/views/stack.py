@@ -112,8 +112,7 @@ def stack_profile_delete_view(request, name: str):
 # Deployment runs
 
 def _runs(request):
-    return deployment_run_list(user=request.user).select_related("cluster", "profile",
-                                                                 "created_by")
+    return deployment_run_list(user=request.user)
 
 
 @login_required

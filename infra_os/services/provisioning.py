@@ -12,7 +12,6 @@ outside database transactions; `claimed_until` keeps two workers off one run.
 """
 
 import hashlib
-import ipaddress
 import logging
 import secrets
 import time
@@ -50,6 +49,7 @@ from infra_os.services.audit import audit_record
 from infra_os.services.servers import bmc_driver, normalise_mac
 from ogai.crypto import decrypt, encrypt
 from ogai.models import assign_changes
+from ogai.request_context import in_networks
 
 logger = logging.getLogger(__name__)
 
@@ -437,12 +437,7 @@ def run_callback(*, token: str, facts: dict | None = None) -> ProvisioningRun:
 def from_provisioning_network(address: str | None) -> bool:
     """Whether a request comes from one of `OGAI_PROVISIONING_NETWORKS` (the networks servers
     boot on), where boot configs are served and callbacks accepted."""
-    try:
-        ip = ipaddress.ip_address(address or "")
-    except ValueError:
-        return False
-    return any(ip in ipaddress.ip_network(net, strict=False)
-               for net in settings.OGAI_PROVISIONING_NETWORKS)
+    return in_networks(address, settings.OGAI_PROVISIONING_NETWORKS)
 
 
 def boot_config(*, mac: str, callback_url: str) -> dict:
