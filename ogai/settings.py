@@ -305,11 +305,16 @@ OGAI_INTERNAL_URL = env_str(
 # The scheduler's policy settings (unset: the defaults in `aistation.scheduler.policies`, which
 # say what they mean): the wait after which a job goes first and gets nodes reserved, the fair
 # policy's levels (attained GPU-seconds, comma-separated), the minimum run before a job of a
-# higher level may preempt, and the total wait that promotes a job to the top level.
+# higher level may preempt, the total wait that promotes a job to the top level, and how that
+# bound stretches with the tenant's backlog (past PROMOTE_BACKLOG quotas' worth of waiting GPUs,
+# PROMOTE_STRETCH x PROMOTE_AFTER_S more per quota's worth, up to PROMOTE_MAX_S; 0 keeps it fixed).
 OGAI_SCHEDULER_STARVATION_S = env_float_or_none("OGAI_SCHEDULER_STARVATION_S")
 OGAI_SCHEDULER_LEVELS_GPU_S = env_floats_or_none("OGAI_SCHEDULER_LEVELS_GPU_S")
 OGAI_SCHEDULER_MIN_RUN_S = env_float_or_none("OGAI_SCHEDULER_MIN_RUN_S")
 OGAI_SCHEDULER_PROMOTE_AFTER_S = env_float_or_none("OGAI_SCHEDULER_PROMOTE_AFTER_S")
+OGAI_SCHEDULER_PROMOTE_BACKLOG = env_float_or_none("OGAI_SCHEDULER_PROMOTE_BACKLOG")
+OGAI_SCHEDULER_PROMOTE_STRETCH = env_float_or_none("OGAI_SCHEDULER_PROMOTE_STRETCH")
+OGAI_SCHEDULER_PROMOTE_MAX_S = env_float_or_none("OGAI_SCHEDULER_PROMOTE_MAX_S")
 
 # YLink datasets: the largest upload (MiB, checked before anything is stored) and the most
 # files a zip may hold.

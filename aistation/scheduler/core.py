@@ -45,6 +45,9 @@ from .policies import (
     DEFAULT_LEVELS_GPU_S,
     DEFAULT_MIN_RUN_S,
     DEFAULT_PROMOTE_AFTER_S,
+    DEFAULT_PROMOTE_BACKLOG,
+    DEFAULT_PROMOTE_MAX_S,
+    DEFAULT_PROMOTE_STRETCH,
     DEFAULT_STARVATION_S,
     FAIR,
     FIFO,
@@ -52,6 +55,7 @@ from .policies import (
     SortKey,
     order_pending,
     policy_of,
+    promotion_bounds,
     share,
     waiting_since,
 )
@@ -75,19 +79,26 @@ def schedule(
     levels_gpu_s: Sequence[float] = DEFAULT_LEVELS_GPU_S,
     min_run_s: float = DEFAULT_MIN_RUN_S,
     promote_after_s: float = DEFAULT_PROMOTE_AFTER_S,
+    promote_backlog: float = DEFAULT_PROMOTE_BACKLOG,
+    promote_stretch: float = DEFAULT_PROMOTE_STRETCH,
+    promote_max_s: float = DEFAULT_PROMOTE_MAX_S,
 ) -> Decisions:
     """Decide one cycle: which pending jobs start where, what is preempted, and why the rest
     wait. `starvation_s` is how long a job that could start within its quotas waits before it
     goes first and gets nodes reserved for it; `levels_gpu_s` are the attained services at which
     a job of a fair queue drops a level, `min_run_s` how long an attempt runs before a job of a
     higher level may preempt it, and `promote_after_s` how long a job waits in all before it is
-    promoted to the top level (see `aistation.scheduler.policies`)."""
+    promoted to the top level, stretched by `promote_stretch` times it for each quota's worth of
+    its tenant's backlog past `promote_backlog`, up to `promote_max_s` (see
+    `aistation.scheduler.policies`)."""
     # A cycle allocates tens of thousands of short-lived objects and keeps no reference
     # cycles: the collector's passes during it only add pauses (they set the p99).
     collecting = gc.isenabled()
     gc.disable()
     try:
-        ranks = Ranks(levels_gpu_s, promote_after_s)
+        bounds = promotion_bounds(
+            snapshot, promote_after_s, promote_backlog, promote_stretch, promote_max_s)
+        ranks = Ranks(levels_gpu_s, promote_after_s, bounds)
         return _Cycle(snapshot, starvation_s, ranks, min_run_s).run()
     finally:
         if collecting:
@@ -283,7 +294,7 @@ class _Cycle:
                 attained = job.attained_gpu_s
                 if job.started_at is not None and job.started_at < now:
                     attained += gpus * (now - job.started_at)
-                priority = rank(job.priority, attained, job.waited_s)
+                priority = rank(job.priority, attained, job.waited_s, tenant)
             else:
                 priority = rank(job.priority, 0.0)
             running_gpus[tenant] = running_gpus.get(tenant, 0) + gpus
@@ -678,7 +689,7 @@ class _Cycle:
                 return reasons.preempted_by(job.id, job.priority)
             return reasons.preempted_for_less_served(
                 job.id, self.attained(victim), self.ranks.level(victim.job.attained_gpu_s),
-                self.ranks.level(self.attained(victim), victim.job.waited_s))
+                self.ranks.level(self.attained(victim)))
 
         self._preempt_and_start(i, allowed, victims, reason)
         return True

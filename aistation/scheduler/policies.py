@@ -23,11 +23,22 @@ the top level of their priority. A tenant's queues are merged by (rank, attained
 queues, age); tenants take turns by (rank, share, attained service, age) of their next job, the
 share recomputed as the cycle starts work, so equal tenants interleave towards their fair shares.
 
-Two bounds keep the long jobs moving. Promotion: a job of a fair queue that has waited
-``promote_after_s`` in all (its waits since submission added up, whatever preempted it) ranks at
-the top level for good: it preempts lower levels to start and is not preempted by level again.
-No job waits much longer than that in all, whatever keeps arriving, at the price of running some
-long jobs uninterrupted.
+Two bounds keep the long jobs moving. Promotion: a job of a fair queue whose total wait (its
+waits since submission added up, whatever preempted it) has passed its tenant's *promotion bound*
+ranks at the top level: it preempts lower levels to start and is not preempted by level. No job
+waits much longer than that in all, whatever keeps arriving, at the price of running some long
+jobs uninterrupted. The bound is ``promote_after_s`` while the tenant's backlog is shallow, and
+stretches with it once it is deep (`promotion_bound`): the backlog is the GPUs its waiting jobs
+ask for, in quotas' worth (the cluster's GPUs for a tenant without a quota); past
+``promote_backlog`` quotas' worth, each further quota's worth adds ``promote_stretch`` times
+``promote_after_s``, up to ``promote_max_s``. A deep backlog means long waits under any order
+(first come, first served would make the newest job wait until all of it has run): with a fixed
+bound most of the queue would be promoted, least-attained service would turn into first come,
+first served, and the short jobs would queue behind days of promoted work. Stretched, the bound
+promotes only the oldest of a deep backlog. It is recomputed at every cycle from the backlog of
+that moment, so a job promoted while the backlog was shallow falls back to its level while the
+backlog is deep enough to put the bound past its wait; a job that has waited ``promote_max_s``
+in all is promoted for good (waits only grow).
 
 Starvation bound. Backfill lets small jobs overtake a big one, and a steady stream of small jobs
 could keep it waiting for ever. Classic backfill (EASY, conservative) prevents that with a time
@@ -56,10 +67,10 @@ The defaults below were chosen on the Microsoft ITP traces (`bench/trace_replay.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
-from .types import JobSnap, QueueSnap
+from .types import JobSnap, QueueSnap, Snapshot
 
 # A job that could start within its quotas and has waited this long goes first (see above).
 DEFAULT_STARVATION_S = 900.0
@@ -67,8 +78,14 @@ DEFAULT_STARVATION_S = 900.0
 DEFAULT_LEVELS_GPU_S = (3600.0, 28800.0)
 # An attempt runs 10 minutes before a job of a higher level (same priority) may preempt it.
 DEFAULT_MIN_RUN_S = 600.0
-# A job that has waited 36 hours in all is promoted to the top level for good.
+# A job that has waited 36 hours in all is promoted to the top level...
 DEFAULT_PROMOTE_AFTER_S = 129600.0
+# ... or longer while its tenant's backlog is deep: past 1.5 quotas' worth of GPUs asked for by
+# waiting jobs, each further quota's worth adds 1.25 x 36 hours.
+DEFAULT_PROMOTE_BACKLOG = 1.5
+DEFAULT_PROMOTE_STRETCH = 1.25
+# ... and never later than after 14 days in all.
+DEFAULT_PROMOTE_MAX_S = 1209600.0
 
 FIFO = "fifo"
 BACKFILL = "backfill"
@@ -76,38 +93,86 @@ FAIR = "fair"
 POLICIES = (FIFO, BACKFILL, FAIR)
 
 
+def promotion_bound(
+    promote_after_s: float,
+    waiting_gpus: int,
+    capacity_gpus: int,
+    backlog: float = DEFAULT_PROMOTE_BACKLOG,
+    stretch: float = DEFAULT_PROMOTE_STRETCH,
+    longest_s: float = DEFAULT_PROMOTE_MAX_S,
+) -> float:
+    """The total wait that promotes a job whose tenant's waiting jobs ask for `waiting_gpus`,
+    against `capacity_gpus` (its quota, or the cluster's GPUs): `promote_after_s`, stretched by
+    `stretch` times it for each capacity's worth past `backlog`, never past `longest_s`."""
+    depth = waiting_gpus / capacity_gpus if capacity_gpus > 0 else 0.0
+    stretched = promote_after_s * (1.0 + stretch * (depth - backlog))
+    return max(promote_after_s, min(stretched, longest_s))
+
+
+def promotion_bounds(
+    snapshot: Snapshot, promote_after_s: float, backlog: float, stretch: float, longest_s: float
+) -> dict[str, float]:
+    """`promotion_bound` of every tenant with waiting jobs in the snapshot. A tenant's capacity is
+    its quota, within the cluster's GPUs; the cluster's GPUs without a quota."""
+    cluster_gpus = sum(node.gpus for node in snapshot.nodes)
+    waiting: dict[str, int] = {}
+    for job in snapshot.pending:
+        waiting[job.tenant] = waiting.get(job.tenant, 0) + job.gpus_per_replica * job.replicas
+    quotas = {tenant.name: tenant.gpu_quota for tenant in snapshot.tenants}
+    bounds = {}
+    for tenant, gpus in waiting.items():
+        quota = quotas.get(tenant, 0)
+        capacity = min(quota, cluster_gpus) if quota > 0 else cluster_gpus
+        bounds[tenant] = promotion_bound(
+            promote_after_s, gpus, capacity, backlog, stretch, longest_s)
+    return bounds
+
+
 class Ranks:
     """A job's rank: its priority first, then, in a fair queue, its level (fewer GPU-seconds of
-    service so far, higher level). Jobs of other queues rank at the top level of their priority.
-    Ranks order pending jobs and say whom a job may preempt."""
+    service so far, higher level; the top level once its total wait passes its tenant's
+    promotion bound). Jobs of other queues rank at the top level of their priority. Ranks order
+    pending jobs and say whom a job may preempt. `bounds` are the tenants' promotion bounds
+    (`promotion_bounds`); `promote_after_s` stands for a tenant not in them."""
 
-    def __init__(self, levels_gpu_s: Sequence[float], promote_after_s: float) -> None:
+    def __init__(
+        self,
+        levels_gpu_s: Sequence[float],
+        promote_after_s: float,
+        bounds: Mapping[str, float] | None = None,
+    ) -> None:
         self.thresholds = sorted(float(level) for level in levels_gpu_s)
         self.span = len(self.thresholds) + 1
         self.promote_after_s = promote_after_s
+        self.bounds = dict(bounds or {})
 
-    def level(self, attained_gpu_s: float, waited_s: float = 0.0) -> int:
-        """0 for a job with less service than the first threshold, then 1, 2...; 0 again once
-        it has waited `promote_after_s` in all."""
-        if waited_s >= self.promote_after_s:
+    def level(self, attained_gpu_s: float, waited_s: float = 0.0, tenant: str = "") -> int:
+        """0 for a job with less service than the first threshold, then 1, 2...; 0 again while
+        it has waited its tenant's promotion bound in all."""
+        if waited_s >= self.bounds.get(tenant, self.promote_after_s):
             return 0
         return bisect_right(self.thresholds, attained_gpu_s)
 
-    def rank(self, priority: int, attained_gpu_s: float, waited_s: float = 0.0) -> int:
-        return priority * self.span + (self.span - 1 - self.level(attained_gpu_s, waited_s))
+    def rank(
+        self, priority: int, attained_gpu_s: float, waited_s: float = 0.0, tenant: str = ""
+    ) -> int:
+        return priority * self.span + (
+            self.span - 1 - self.level(attained_gpu_s, waited_s, tenant)
+        )
 
     def of_pending(
         self, pending: Sequence[JobSnap], fair_queues: set[str], now: float
     ) -> list[int]:
         """`rank` of every pending job (waiting since `submitted_at`), written out as one loop:
         a cycle ranks thousands of jobs."""
-        span, thresholds, promote = self.span, self.thresholds, self.promote_after_s
+        span, thresholds, bounds, default = (
+            self.span, self.thresholds, self.bounds, self.promote_after_s)
         top, first = span - 1, thresholds[0] if thresholds else float("inf")
         ranked = []
         for job in pending:
             level = 0
             if (job.attained_gpu_s >= first and job.queue in fair_queues
-                    and job.waited_s + now - job.submitted_at < promote):
+                    and job.waited_s + now - job.submitted_at < bounds.get(job.tenant, default)):
                 level = bisect_right(thresholds, job.attained_gpu_s)
             ranked.append(job.priority * span + top - level)
         return ranked

@@ -32,8 +32,12 @@ from .policies import (
     DEFAULT_LEVELS_GPU_S,
     DEFAULT_MIN_RUN_S,
     DEFAULT_PROMOTE_AFTER_S,
+    DEFAULT_PROMOTE_BACKLOG,
+    DEFAULT_PROMOTE_MAX_S,
+    DEFAULT_PROMOTE_STRETCH,
     DEFAULT_STARVATION_S,
     FAIR,
+    promotion_bound,
 )
 from .types import JobSnap, NodeSnap, QueueSnap, Snapshot, TenantSnap
 
@@ -118,6 +122,9 @@ class Replay:
         levels_gpu_s: Sequence[float] = DEFAULT_LEVELS_GPU_S,
         min_run_s: float = DEFAULT_MIN_RUN_S,
         promote_after_s: float = DEFAULT_PROMOTE_AFTER_S,
+        promote_backlog: float = DEFAULT_PROMOTE_BACKLOG,
+        promote_stretch: float = DEFAULT_PROMOTE_STRETCH,
+        promote_max_s: float = DEFAULT_PROMOTE_MAX_S,
         rank: Callable[[ReplayJob, float], int] | None = None,
         time_cycles: bool = False,
     ) -> None:
@@ -132,6 +139,9 @@ class Replay:
         self.levels = tuple(sorted(levels_gpu_s))
         self.min_run_s = min_run_s
         self.promote_after_s = promote_after_s
+        self.promote_backlog = promote_backlog
+        self.promote_stretch = promote_stretch
+        self.promote_max_s = promote_max_s
         self.rank = rank
         self.time_cycles = time_cycles
         self.tenants = (TenantSnap(name=TENANT, gpu_quota=nodes * node_gpus),)
@@ -197,7 +207,10 @@ class Replay:
             started = time.perf_counter() if self.time_cycles else 0.0
             decisions = schedule(snapshot, starvation_s=self.starvation_s,
                                  levels_gpu_s=self.levels, min_run_s=self.min_run_s,
-                                 promote_after_s=self.promote_after_s)
+                                 promote_after_s=self.promote_after_s,
+                                 promote_backlog=self.promote_backlog,
+                                 promote_stretch=self.promote_stretch,
+                                 promote_max_s=self.promote_max_s)
             if self.time_cycles:
                 cycle_s.append(time.perf_counter() - started)
                 backlog.append(len(snapshot.pending))
@@ -227,8 +240,13 @@ class Replay:
                         break
                 if now - job.started_at < self.min_run_s:
                     candidates.append(job.started_at + self.min_run_s)
+            waiting = sum(job.gpus_per_replica * job.replicas for job in self.pending.values())
+            bound = promotion_bound(
+                self.promote_after_s, waiting, len(self.node_snaps) * self.node_gpus,
+                self.promote_backlog, self.promote_stretch, self.promote_max_s,
+            )
             for job in self.pending.values():
-                promoted_at = job.queued_at + self.promote_after_s - job.queue_s
+                promoted_at = job.queued_at + bound - job.queue_s
                 if promoted_at > now:
                     candidates.append(promoted_at)
         oldest = min(job.queued_at for job in self.pending.values())

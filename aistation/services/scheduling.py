@@ -235,6 +235,9 @@ def policy_settings() -> dict:
         "levels_gpu_s": settings.OGAI_SCHEDULER_LEVELS_GPU_S,
         "min_run_s": settings.OGAI_SCHEDULER_MIN_RUN_S,
         "promote_after_s": settings.OGAI_SCHEDULER_PROMOTE_AFTER_S,
+        "promote_backlog": settings.OGAI_SCHEDULER_PROMOTE_BACKLOG,
+        "promote_stretch": settings.OGAI_SCHEDULER_PROMOTE_STRETCH,
+        "promote_max_s": settings.OGAI_SCHEDULER_PROMOTE_MAX_S,
     }
     return {name: value for name, value in chosen.items() if value is not None}
 

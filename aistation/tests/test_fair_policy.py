@@ -99,6 +99,23 @@ def test_a_job_that_has_waited_long_in_all_is_promoted_and_not_preempted_again(f
     assert new.state == JobState.QUEUED
 
 
+def test_a_deep_backlog_of_its_tenant_defers_promotion(fair, settings):
+    settings.OGAI_SCHEDULER_PROMOTE_BACKLOG = 1.5
+    settings.OGAI_SCHEDULER_PROMOTE_STRETCH = 1.25
+    long = fair.submit(gpus=8)
+    cycle(fair)
+    Job.objects.filter(pk=long.pk).update(waited_s=86400 + 1)
+    running_for(long, 5000)
+    # Four jobs of alpha's whole quota wait: 4 quotas' worth, so the bound is 1 day x
+    # (1 + 1.25 x 2.5), past the long job's wait; it ranks by its service and yields.
+    new = [fair.submit(gpus=8) for _ in range(4)]
+    cycle(fair)
+    long.refresh_from_db()
+    assert long.state == JobState.QUEUED
+    assert long.events.get(to_state=JobState.PREEMPTED).reason.startswith(
+        f"preempted for job {new[0].pk}, which has had less service")
+
+
 def test_a_fifo_queue_job_is_never_demoted(fair):
     queue = fair.queues["alpha"]
     queue.policy = "fifo"

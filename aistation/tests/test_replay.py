@@ -98,8 +98,9 @@ def test_without_promotion_a_stream_of_short_jobs_keeps_a_long_one_waiting():
 
 
 def test_promotion_bounds_the_total_wait_of_the_long_job():
+    # A fixed bound (no stretch with the backlog).
     replay, _, ends = run(STREAM, 1, "fair", levels_gpu_s=(100, 1000), min_run_s=100,
-                          promote_after_s=3000)
+                          promote_after_s=3000, promote_stretch=0)
     long_job = replay.jobs[1]
     # Promoted once it has waited 3,000 s in all, it is not preempted again: its wait stops
     # growing once the short job running at that moment ends.
@@ -107,6 +108,20 @@ def test_promotion_bounds_the_total_wait_of_the_long_job():
     starts_after_promotion = long_job.starts
     assert long_job.preemptions == starts_after_promotion - 1
     assert ends[1] < 20_000 + long_job.queue_s + 60 * long_job.preemptions + 1e-3
+
+
+def test_a_growing_backlog_defers_promotion_but_never_past_the_longest_bound():
+    # The stream overloads the node (50 s of work a minute, and the long job's restarts): the
+    # backlog grows, and with it the bound, so the long job is not promoted at 3,000 s...
+    stretched = dict(levels_gpu_s=(100, 1000), min_run_s=100, promote_after_s=3000,
+                     promote_backlog=1.5, promote_stretch=1.25)
+    replay, _, _ = run(STREAM, 1, "fair", **stretched, promote_max_s=10**12)
+    assert replay.jobs[1].queue_s > 15_000
+    # ... but once it has waited promote_max_s in all, it is promoted whatever the backlog. It
+    # still goes after the new jobs of its (top) level, until its current wait reaches the
+    # starvation bound (900 s): then the node is reserved for it and the short job on it ends.
+    replay, _, _ = run(STREAM, 1, "fair", **stretched, promote_max_s=6000)
+    assert 6000 <= replay.jobs[1].queue_s <= 6000 + 900 + 50
 
 
 def test_the_oracle_runs_the_shortest_remaining_first():

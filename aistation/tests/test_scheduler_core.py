@@ -27,6 +27,7 @@ from aistation.scheduler import (
     Wait,
     schedule,
 )
+from aistation.scheduler.policies import promotion_bounds
 
 NOW = 10_000.0
 REPO = Path(__file__).resolve().parents[2]
@@ -165,6 +166,12 @@ def check(snap: Snapshot, decisions: Decisions) -> None:
             by = pending[int(m[1])]
             assert by.id in started, "never preempt for nothing"
             assert by.tenant == victim.tenant and victim.priority < by.priority == int(m[2])
+        elif m := re.fullmatch(r"preempted for job (\d+), which has had less service: .*", reason):
+            by = pending[int(m[1])]
+            assert by.id in started, "never preempt for nothing"
+            assert by.tenant == victim.tenant and by.priority == victim.priority
+            assert by.attained_gpu_s < victim.attained_gpu_s + victim.gpus * (
+                snap.now - (victim.started_at or snap.now)), "only for a job with less service"
         else:
             m = re.fullmatch(r"reclaimed: tenant (\S+) needs its quota back for job (\d+)", reason)
             assert m, reason
@@ -795,6 +802,54 @@ def test_fair_serves_the_least_attained_service_first_then_the_oldest():
     )
     assert set(r.starts) == {2}
     assert [r.waits[i].position for i in (3, 1)] == [1, 2]
+
+
+def _promotion_cycle(waiting: int, **settings) -> Result:
+    """Job 1 has run 650 s on all of a's quota (5,200 GPU-seconds: a level down) after waiting 2
+    hours in all; `waiting` new jobs of a's whole quota wait behind it."""
+    return decide(
+        snapshot(
+            nodes(1),
+            quotas={"a": 8},
+            running_jobs=[running(1, "a", 8, on="node-1", started_at=NOW - 650, waited_s=7200)],
+            pending=[job(10 + k, "a", 8) for k in range(waiting)],
+        ),
+        levels_gpu_s=(3600,), min_run_s=600, promote_after_s=3600, **settings,
+    )
+
+
+def test_a_job_past_the_promotion_bound_is_not_preempted_by_level():
+    # One quota's worth waits: the bound is promote_after_s, and job 1 is past it.
+    r = _promotion_cycle(1)
+    assert r.preempted == {}
+    assert set(r.waits) == {10}
+
+
+def test_a_deep_backlog_stretches_the_promotion_bound():
+    # Four quotas' worth waits: the bound is 1 h x (1 + 1.25 x (4 - 1.5)) = 4.1 h, past job 1's
+    # 2 h, so job 1 ranks by its service again and the new job preempts it.
+    r = _promotion_cycle(4)
+    assert r.preempted == {1: "preempted for job 10, which has had less service: attained "
+                              "1.4 GPU-hours, level 0 → 1"}
+    assert set(r.starts) == {10}
+    # Never past promote_max_s: with a 2-hour ceiling, job 1 is promoted whatever waits.
+    assert _promotion_cycle(4, promote_max_s=7200).preempted == {}
+    # A fixed bound (no stretch) promotes it too.
+    assert _promotion_cycle(4, promote_stretch=0).preempted == {}
+
+
+def test_the_backlog_is_counted_per_tenant_against_its_quota():
+    snap = snapshot(
+        nodes(2),  # 16 GPUs
+        quotas={"a": 8, "b": 0, "c": 64},
+        pending=[job(1, "a", 8, replicas=4), job(2, "b", 8, replicas=2), job(3, "c", 8),
+                 job(4, "c", 8, replicas=5)],
+    )
+    bounds = promotion_bounds(snap, 3600, backlog=1.5, stretch=1.25, longest_s=10**9)
+    # a: 32 GPUs against its 8: 4 quotas' worth. b, without a quota: 16 against the cluster's
+    # 16, shallow. c: 48 against the cluster's 16 (its quota is more than the cluster has): 3.
+    assert bounds == {"a": pytest.approx(3600 * (1 + 1.25 * 2.5)), "b": 3600,
+                      "c": pytest.approx(3600 * (1 + 1.25 * 1.5))}
 
 
 def test_fair_interleaves_tenants_as_their_shares_grow():
