@@ -684,12 +684,19 @@ class _Cycle:
             self._no_victims.add(memo)
             return False
 
+        # Above its victims by level: by less service, or promoted by its total wait.
+        waited = job.waited_s + self.now - job.submitted_at
+        promoted = self.ranks.level(job.attained_gpu_s) > self.ranks.level(
+            job.attained_gpu_s, waited, job.tenant)
+
         def reason(victim: RunningJob) -> str:
             if victim.job.priority < job.priority:
                 return reasons.preempted_by(job.id, job.priority)
-            return reasons.preempted_for_less_served(
-                job.id, self.attained(victim), self.ranks.level(victim.job.attained_gpu_s),
-                self.ranks.level(self.attained(victim)))
+            attained = self.attained(victim)
+            was, now = self.ranks.level(victim.job.attained_gpu_s), self.ranks.level(attained)
+            if promoted:
+                return reasons.preempted_for_promoted(job.id, waited, attained, was, now)
+            return reasons.preempted_for_less_served(job.id, attained, was, now)
 
         self._preempt_and_start(i, allowed, victims, reason)
         return True

@@ -31,14 +31,14 @@ jobs uninterrupted. The bound is ``promote_after_s`` while the tenant's backlog 
 stretches with it once it is deep (`promotion_bound`): the backlog is the GPUs its waiting jobs
 ask for, in quotas' worth (the cluster's GPUs for a tenant without a quota); past
 ``promote_backlog`` quotas' worth, each further quota's worth adds ``promote_stretch`` times
-``promote_after_s``, up to ``promote_max_s``. A deep backlog means long waits under any order
-(first come, first served would make the newest job wait until all of it has run): with a fixed
-bound most of the queue would be promoted, least-attained service would turn into first come,
-first served, and the short jobs would queue behind days of promoted work. Stretched, the bound
-promotes only the oldest of a deep backlog. It is recomputed at every cycle from the backlog of
-that moment, so a job promoted while the backlog was shallow falls back to its level while the
-backlog is deep enough to put the bound past its wait; a job that has waited ``promote_max_s``
-in all is promoted for good (waits only grow).
+``promote_after_s``, up to ``promote_max_s`` (never below ``promote_after_s``). A deep backlog
+means long waits under any order (first come, first served would make the newest job wait until
+all of it has run): with a fixed bound most of the queue would be promoted, least-attained
+service would turn into first come, first served, and the short jobs would queue behind days of
+promoted work. Stretched, the bound promotes only the oldest of a deep backlog. It is recomputed
+at every cycle from the backlog of that moment, so a job promoted while the backlog was shallow
+falls back to its level while the backlog is deep enough to put the bound past its wait; a job
+that has waited ``promote_max_s`` in all is promoted for good (waits only grow).
 
 Starvation bound. Backfill lets small jobs overtake a big one, and a steady stream of small jobs
 could keep it waiting for ever. Classic backfill (EASY, conservative) prevents that with a time
@@ -106,18 +106,22 @@ def promotion_bound(
     `stretch` times it for each capacity's worth past `backlog`, never past `longest_s`."""
     depth = waiting_gpus / capacity_gpus if capacity_gpus > 0 else 0.0
     stretched = promote_after_s * (1.0 + stretch * (depth - backlog))
-    return max(promote_after_s, min(stretched, longest_s))
+    return max(promote_after_s, min(stretched, longest_s))  # promote_after_s if longest_s is less
 
 
 def promotion_bounds(
     snapshot: Snapshot, promote_after_s: float, backlog: float, stretch: float, longest_s: float
 ) -> dict[str, float]:
-    """`promotion_bound` of every tenant with waiting jobs in the snapshot. A tenant's capacity is
-    its quota, within the cluster's GPUs; the cluster's GPUs without a quota."""
-    cluster_gpus = sum(node.gpus for node in snapshot.nodes)
+    """`promotion_bound` of every tenant with waiting jobs in the snapshot: the GPUs its pending
+    jobs ask for (all its queues and priorities; not those in retry backoff) against its quota,
+    within the schedulable nodes' GPUs, or against those GPUs for a tenant with no quota (left)
+    on this cluster, which can only borrow idle ones."""
+    now = snapshot.now
+    cluster_gpus = sum(node.gpus for node in snapshot.nodes if node.schedulable)
     waiting: dict[str, int] = {}
     for job in snapshot.pending:
-        waiting[job.tenant] = waiting.get(job.tenant, 0) + job.gpus_per_replica * job.replicas
+        if job.not_before <= now:
+            waiting[job.tenant] = waiting.get(job.tenant, 0) + job.gpus_per_replica * job.replicas
     quotas = {tenant.name: tenant.gpu_quota for tenant in snapshot.tenants}
     bounds = {}
     for tenant, gpus in waiting.items():

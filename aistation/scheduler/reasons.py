@@ -199,9 +199,19 @@ def preempted_by(job_id: int, priority: int) -> str:
 
 
 def preempted_for_less_served(job_id: int, attained_gpu_s: float, was: int, now: int) -> str:
-    levels = f"level {was} → {now}" if now != was else f"level {now}"
     return (f"preempted for job {job_id}, which has had less service: attained "
-            f"{attained_gpu_s / 3600:.1f} GPU-hours, {levels}")
+            f"{attained_gpu_s / 3600:.1f} GPU-hours, {_levels(was, now)}")
+
+
+def preempted_for_promoted(
+    job_id: int, waited_s: float, attained_gpu_s: float, was: int, now: int
+) -> str:
+    return (f"preempted for job {job_id}, promoted after waiting {waited_s / 3600:.1f} h in "
+            f"all: attained {attained_gpu_s / 3600:.1f} GPU-hours, {_levels(was, now)}")
+
+
+def _levels(was: int, now: int) -> str:
+    return f"level {was} → {now}" if now != was else f"level {now}"
 
 
 def reclaimed(tenant: str, job_id: int) -> str:

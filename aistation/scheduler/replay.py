@@ -204,6 +204,7 @@ class Replay:
             if not changed or not self.pending:
                 continue
             snapshot = self._snapshot(now)
+            bound = self._promotion_bound()
             started = time.perf_counter() if self.time_cycles else 0.0
             decisions = schedule(snapshot, starvation_s=self.starvation_s,
                                  levels_gpu_s=self.levels, min_run_s=self.min_run_s,
@@ -219,13 +220,24 @@ class Replay:
                 self._preempt(self.running[preempt.job_id], now)
             for start in decisions.starts:
                 self._start(self.pending[start.job_id], start.placement, now)
-            self._ask_wake(now)
+            self._ask_wake(now, bound)
         return self._result(cycles, waiting_alloc, waiting_cap, cycle_s, backlog)
 
-    def _ask_wake(self, now: float) -> None:
+    def _promotion_bound(self) -> float:
+        """The promotion bound the core computes from the jobs waiting now (`promotion_bounds`,
+        one tenant whose quota is the cluster)."""
+        waiting = sum(job.gpus_per_replica * job.replicas for job in self.pending.values())
+        return promotion_bound(
+            self.promote_after_s, waiting, len(self.node_snaps) * self.node_gpus,
+            self.promote_backlog, self.promote_stretch, self.promote_max_s,
+        )
+
+    def _ask_wake(self, now: float, bound_before: float) -> None:
         """The next moment a decision could change with nothing arriving or ending: a running
         job's attained service crossing a level, a minimum run ending, a wait reaching the
-        starvation bound. Only while jobs wait: otherwise nothing is there to decide."""
+        starvation or the promotion bound, or at once when the cycle's starts and preemptions
+        moved the promotion bound across a job's total wait. Only while jobs wait: otherwise
+        nothing is there to decide."""
         if not self.pending:
             return
         candidates = []
@@ -240,15 +252,15 @@ class Replay:
                         break
                 if now - job.started_at < self.min_run_s:
                     candidates.append(job.started_at + self.min_run_s)
-            waiting = sum(job.gpus_per_replica * job.replicas for job in self.pending.values())
-            bound = promotion_bound(
-                self.promote_after_s, waiting, len(self.node_snaps) * self.node_gpus,
-                self.promote_backlog, self.promote_stretch, self.promote_max_s,
-            )
-            for job in self.pending.values():
-                promoted_at = job.queued_at + bound - job.queue_s
-                if promoted_at > now:
-                    candidates.append(promoted_at)
+            bound = self._promotion_bound()
+            waiting = [now - job.queued_at + job.queue_s for job in self.pending.values()]
+            candidates += [now + bound - waited for waited in waiting if waited < bound]
+            low, high = sorted((bound, bound_before))
+            if low < high and any(
+                low <= waited < high
+                for waited in (*waiting, *(job.queue_s for job in self.running.values()))
+            ):
+                candidates.append(now)
         oldest = min(job.queued_at for job in self.pending.values())
         if oldest + self.starvation_s > now:
             candidates.append(oldest + self.starvation_s)

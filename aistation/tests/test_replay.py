@@ -124,6 +124,22 @@ def test_a_growing_backlog_defers_promotion_but_never_past_the_longest_bound():
     assert 6000 <= replay.jobs[1].queue_s <= 6000 + 900 + 50
 
 
+def test_a_cycle_that_moves_the_promotion_bound_across_a_wait_asks_for_another_at_once():
+    # A cycle's starts shrink the backlog, so the bound the next cycle computes may already be
+    # past a waiting job's total wait: the replay runs that cycle at once instead of at the next
+    # arrival or end.
+    def wake_after(bound_before: float) -> float:
+        replay = Replay(trace((0, 100, 8)), nodes=1, policy="fair", promote_after_s=1000,
+                        starvation_s=10**9)
+        job = replay.jobs[1]
+        replay.pending[1] = job  # waiting since 0, 1,200 s ago; the bound now is 1,000 s
+        replay._ask_wake(1200, bound_before)
+        return replay.wake_at - 1200
+
+    assert wake_after(2000) == pytest.approx(0, abs=1e-3)
+    assert wake_after(1000) > 10**6  # nothing moved: the next wake is the starvation bound
+
+
 def test_the_oracle_runs_the_shortest_remaining_first():
     jobs = trace((0, 1000, 8), (10, 100, 8), (20, 500, 8))
 

@@ -166,12 +166,17 @@ def check(snap: Snapshot, decisions: Decisions) -> None:
             by = pending[int(m[1])]
             assert by.id in started, "never preempt for nothing"
             assert by.tenant == victim.tenant and victim.priority < by.priority == int(m[2])
-        elif m := re.fullmatch(r"preempted for job (\d+), which has had less service: .*", reason):
+        elif m := re.fullmatch(r"preempted for job (\d+), (which has had less service|promoted "
+                               r"after waiting ([\d.]+) h in all): .*", reason):
             by = pending[int(m[1])]
             assert by.id in started, "never preempt for nothing"
             assert by.tenant == victim.tenant and by.priority == victim.priority
-            assert by.attained_gpu_s < victim.attained_gpu_s + victim.gpus * (
-                snap.now - (victim.started_at or snap.now)), "only for a job with less service"
+            if m[3] is None:
+                assert by.attained_gpu_s < victim.attained_gpu_s + victim.gpus * (
+                    snap.now - (victim.started_at or snap.now)), "only for less service"
+            else:
+                waited = by.waited_s + snap.now - by.submitted_at
+                assert float(m[3]) == pytest.approx(waited / 3600, abs=0.05)
         else:
             m = re.fullmatch(r"reclaimed: tenant (\S+) needs its quota back for job (\d+)", reason)
             assert m, reason
@@ -838,6 +843,34 @@ def test_a_deep_backlog_stretches_the_promotion_bound():
     assert _promotion_cycle(4, promote_stretch=0).preempted == {}
 
 
+def _promoted_waiter(deep: bool) -> Result:
+    """Job 1 runs as in `_promotion_cycle`, without a wait of its own; job 10 waits with more
+    service (20,000 GPU-seconds) and 2 hours of waiting in all. With `deep`, three jobs of a
+    lower priority (which cannot preempt job 1) wait too: four quotas' worth."""
+    others = [job(20 + k, "a", 8, priority=-1) for k in range(3)] if deep else []
+    return decide(
+        snapshot(
+            nodes(1),
+            quotas={"a": 8},
+            running_jobs=[running(1, "a", 8, on="node-1", started_at=NOW - 650)],
+            pending=[job(10, "a", 8, attained_gpu_s=20000, waited_s=7200 - 490), *others],
+        ),
+        levels_gpu_s=(3600,), min_run_s=600, promote_after_s=3600,
+    )
+
+
+def test_a_waiting_job_past_its_bound_is_promoted_and_preempts_a_lower_level():
+    r = _promoted_waiter(deep=False)
+    assert r.preempted == {1: "preempted for job 10, promoted after waiting 2.0 h in all: "
+                              "attained 1.4 GPU-hours, level 0 → 1"}
+    assert set(r.starts) == {10}
+    # Behind a deep backlog the bound (4.1 h) is past its wait: it ranks by its service, the
+    # level of job 1, and waits.
+    r = _promoted_waiter(deep=True)
+    assert r.preempted == {}
+    assert not r.starts
+
+
 def test_the_backlog_is_counted_per_tenant_against_its_quota():
     snap = snapshot(
         nodes(2),  # 16 GPUs
@@ -850,6 +883,10 @@ def test_the_backlog_is_counted_per_tenant_against_its_quota():
     # 16, shallow. c: 48 against the cluster's 16 (its quota is more than the cluster has): 3.
     assert bounds == {"a": pytest.approx(3600 * (1 + 1.25 * 2.5)), "b": 3600,
                       "c": pytest.approx(3600 * (1 + 1.25 * 1.5))}
+    # Jobs in retry backoff do not count, nor do nodes that take no work.
+    snap = replace(snap, pending=(*snap.pending, job(5, "b", 8, replicas=2, not_before=NOW + 60)),
+                   nodes=(*snap.nodes, *nodes(1, prefix="down", schedulable=False)))
+    assert promotion_bounds(snap, 3600, backlog=1.5, stretch=1.25, longest_s=10**9) == bounds
 
 
 def test_fair_interleaves_tenants_as_their_shares_grow():
