@@ -684,10 +684,11 @@ class _Cycle:
             self._no_victims.add(memo)
             return False
 
-        # Above its victims by level: by less service, or promoted by its total wait.
+        # Above its victims by level: by less service, or, in a fair queue, promoted by its
+        # total wait.
         waited = job.waited_s + self.now - job.submitted_at
-        promoted = self.ranks.level(job.attained_gpu_s) > self.ranks.level(
-            job.attained_gpu_s, waited, job.tenant)
+        promoted = job.queue in self.fair_queues and self.ranks.level(
+            job.attained_gpu_s) > self.ranks.level(job.attained_gpu_s, waited, job.tenant)
 
         def reason(victim: RunningJob) -> str:
             if victim.job.priority < job.priority:

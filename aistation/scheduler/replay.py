@@ -37,7 +37,7 @@ from .policies import (
     DEFAULT_PROMOTE_STRETCH,
     DEFAULT_STARVATION_S,
     FAIR,
-    promotion_bound,
+    promotion_bounds,
 )
 from .types import JobSnap, NodeSnap, QueueSnap, Snapshot, TenantSnap
 
@@ -204,7 +204,7 @@ class Replay:
             if not changed or not self.pending:
                 continue
             snapshot = self._snapshot(now)
-            bound = self._promotion_bound()
+            bound = self._promotion_bound(snapshot)
             started = time.perf_counter() if self.time_cycles else 0.0
             decisions = schedule(snapshot, starvation_s=self.starvation_s,
                                  levels_gpu_s=self.levels, min_run_s=self.min_run_s,
@@ -223,14 +223,12 @@ class Replay:
             self._ask_wake(now, bound)
         return self._result(cycles, waiting_alloc, waiting_cap, cycle_s, backlog)
 
-    def _promotion_bound(self) -> float:
-        """The promotion bound the core computes from the jobs waiting now (`promotion_bounds`,
-        one tenant whose quota is the cluster)."""
-        waiting = sum(job.gpus_per_replica * job.replicas for job in self.pending.values())
-        return promotion_bound(
-            self.promote_after_s, waiting, len(self.node_snaps) * self.node_gpus,
-            self.promote_backlog, self.promote_stretch, self.promote_max_s,
-        )
+    def _promotion_bound(self, snapshot: Snapshot) -> float:
+        """The trace's tenant's promotion bound, as the core computes it from `snapshot`."""
+        return promotion_bounds(
+            snapshot, self.promote_after_s, self.promote_backlog, self.promote_stretch,
+            self.promote_max_s,
+        ).get(TENANT, self.promote_after_s)
 
     def _ask_wake(self, now: float, bound_before: float) -> None:
         """The next moment a decision could change with nothing arriving or ending: a running
@@ -252,7 +250,7 @@ class Replay:
                         break
                 if now - job.started_at < self.min_run_s:
                     candidates.append(job.started_at + self.min_run_s)
-            bound = self._promotion_bound()
+            bound = self._promotion_bound(self._snapshot(now))
             waiting = [now - job.queued_at + job.queue_s for job in self.pending.values()]
             candidates += [now + bound - waited for waited in waiting if waited < bound]
             low, high = sorted((bound, bound_before))
