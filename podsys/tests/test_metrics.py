@@ -256,7 +256,9 @@ def test_series_from_prometheus_query_range(rack, settings):
                                     since=now - timedelta(hours=1))
     assert series == {UTIL: {"0": [], "1": [(start, 40.0), (start + 60, 42.5)]},
                       "node_load1": {"": [(start, 0.25)]}}
-    (gpu_path, gpu_query), (node_path, node_query) = seen
+    # The two queries go out in parallel: in either order.
+    (gpu_path, gpu_query), (node_path, node_query) = sorted(
+        seen, key=lambda request: "DCGM" not in request[1]["query"])
     assert gpu_path == node_path == "/api/v1/query_range"
     assert gpu_query["query"] == 'max by (gpu) (DCGM_FI_DEV_GPU_UTIL{Hostname="fake-node-000"})'
     assert node_query["query"] == \
