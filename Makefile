@@ -13,7 +13,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ogai-installed
 TEST_DATA_DIR := $(CURDIR)/var/test
 
-.PHONY: help install run test lint check-migrations schema chromium trace-report clean demo-model
+.PHONY: help install run test lint check-migrations schema chromium bubblewrap trace-report clean \
+	demo-model
 
 help:
 	@echo "make run    install, migrate, seed the demo and start web + worker + beat (Ctrl-C stops)"
@@ -31,7 +32,7 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-run: install
+run: install bubblewrap
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	exec $(PY) manage.py runplatform
@@ -79,7 +80,14 @@ chromium:
 		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-test: install lint check-migrations schema chromium
+# Tenants' jobs on the local cluster run in a bubblewrap sandbox: Debian's bubblewrap.
+bubblewrap:
+	@command -v bwrap >/dev/null || { \
+		echo "Installing Debian's bubblewrap for the local cluster's sandbox"; \
+		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
+
+test: install lint check-migrations schema chromium bubblewrap
 	OGAI_DATA_DIR=$(TEST_DATA_DIR) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The scheduler on real traces (../shared/data/traces): bench/results/trace_replay.md and its chart.
@@ -88,4 +96,4 @@ trace-report: install
 	$(PY) bench/trace_replay.py --report
 
 clean:
-	rm -rf var/test .pytest_cache .ruff_cache
+	rm -rf var/test .pytest_cache .ruff_cache .hypothesis

@@ -60,9 +60,9 @@ def prepare_data(work: Path, seq_len: int) -> Path:
     return data
 
 
-def run_runner(work: Path, data: Path, args, round_no: int) -> float:
-    out = work / f"runner-{round_no}"
-    spec = {
+def runner_spec(out: Path, data: Path, args) -> dict:
+    """The pretraining run both benches time: the `small` preset on the byte-level shards."""
+    return {
         "run": 1, "kind": "pretrain", "data": {"path": str(data), "format": "tokens"},
         "output_dir": str(out),
         "model": {"preset": PRESET, "architecture": ARCHITECTURE, "context_length": args.seq_len},
@@ -71,8 +71,27 @@ def run_runner(work: Path, data: Path, args, round_no: int) -> float:
                      "checkpoint_every": args.steps, "log_every": 1, "seed": 0,
                      "precision": "fp32"},
     }
+
+
+def runner_tokens_s(stdout: str, args) -> float:
+    """Tokens per second between the end of the warm-up steps and the last step, by the
+    runner's own clock (its metric events on stdout)."""
+    from datetime import datetime
+
+    metrics = {}
+    for line in stdout.splitlines():
+        if line.startswith("OGAI-EVENT "):
+            event = json.loads(line[len("OGAI-EVENT "):])
+            if event["kind"] == "metric":
+                at = datetime.fromisoformat(event["at"]).timestamp()
+                metrics[event["data"]["step"]] = (at, event["data"]["tokens"])
+    first, last = metrics[args.warmup], metrics[args.steps]
+    return (last[1] - first[1]) / (last[0] - first[0])
+
+
+def run_runner(work: Path, data: Path, args, round_no: int) -> float:
     spec_path = work / f"runner-{round_no}.json"
-    spec_path.write_text(json.dumps(spec))
+    spec_path.write_text(json.dumps(runner_spec(work / f"runner-{round_no}", data, args)))
     env = child_env(args.threads)
     env["OGAI_CHECKPOINT_DIR"] = str(work / f"runner-{round_no}-checkpoints")
     result = subprocess.run(  # noqa: S603 - our own runner, fixed arguments
@@ -81,17 +100,7 @@ def run_runner(work: Path, data: Path, args, round_no: int) -> float:
     )
     if result.returncode != 0:
         raise SystemExit(f"runner failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    metrics = {}
-    from datetime import datetime
-
-    for line in result.stdout.splitlines():
-        if line.startswith("OGAI-EVENT "):
-            event = json.loads(line[len("OGAI-EVENT "):])
-            if event["kind"] == "metric":
-                at = datetime.fromisoformat(event["at"]).timestamp()
-                metrics[event["data"]["step"]] = (at, event["data"]["tokens"])
-    first, last = metrics[args.warmup], metrics[args.steps]
-    return (last[1] - first[1]) / (last[0] - first[0])
+    return runner_tokens_s(result.stdout, args)
 
 
 def run_trainer(work: Path, data: Path, args, round_no: int) -> float:

@@ -77,3 +77,20 @@ def persistent_secret_key(data_dir: Path) -> str:
     with os.fdopen(fd, "w") as handle:
         handle.write(key)
     return key
+
+
+def private_path(path: Path, *, folder: bool) -> Path:
+    """Make `path` (a folder, else a file) if missing, readable by its owner only (0700 / 0600),
+    and tighten it to that when this process owns it: the data directory holds the database,
+    the secret key and every tenant's files."""
+    mode = 0o700 if folder else 0o600
+    if folder:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+    elif not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
+    try:
+        if path.stat().st_uid == os.geteuid() and path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
+    except OSError:
+        pass  # someone else's (a volume's root): its owner decides
+    return path

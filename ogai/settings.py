@@ -17,6 +17,7 @@ from ogai.env import (
     env_list,
     env_str,
     persistent_secret_key,
+    private_path,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -25,8 +26,8 @@ if PROFILE not in {"development", "production"}:
     raise ImproperlyConfigured(f"OGAI_PROFILE={PROFILE!r}: use development or production.")
 PRODUCTION = PROFILE == "production"
 
-DATA_DIR = Path(env_str("OGAI_DATA_DIR", str(BASE_DIR / "var"))).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+DATA_DIR = private_path(Path(env_str("OGAI_DATA_DIR", str(BASE_DIR / "var"))).resolve(),
+                        folder=True)
 
 DEBUG = env_bool("DEBUG", not PRODUCTION)
 SECRET_KEY = env_str("SECRET_KEY")
@@ -107,6 +108,8 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    if not env_str("DATABASE_URL"):
+        private_path(DATA_DIR / "ogai.sqlite3", folder=False)
     # The web server, the worker and beat write to one file: wait for locks instead of failing,
     # take the write lock up front, and let readers work beside a writer.
     # A file, not memory, so a worker process started by a test sees the test database.
@@ -288,6 +291,13 @@ OGAI_CLUSTER_DRIVERS = {
     "fake": "podsys.drivers.fake.FakeDriver",
     "kubernetes": "podsys.drivers.kubernetes.KubernetesDriver",
 }
+# Where work runs is a tenant boundary. On the local cluster each tenant's processes run in a
+# bubblewrap sandbox as uid (and gid) SANDBOX_UID_BASE + the tenant's id, never as the platform's
+# own user. Where that cannot be done here (no bubblewrap, no user namespaces, the platform not
+# root), tenants' work is refused, unless this platform serves a single tenant, which may then
+# run it without the sandbox.
+OGAI_SANDBOX_UID_BASE = env_int("OGAI_SANDBOX_UID_BASE", 1_000_000_000)
+OGAI_SINGLE_TENANT = env_bool("OGAI_SINGLE_TENANT", False)
 # Encrypts secrets at rest (cluster kubeconfigs): Fernet keys, newest first, comma-separated;
 # unset: a key derived from SECRET_KEY.
 OGAI_ENCRYPTION_KEY = env_str("OGAI_ENCRYPTION_KEY", "")

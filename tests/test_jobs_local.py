@@ -7,7 +7,6 @@ import signal
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -26,15 +25,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 
-def _script(tmp_path: Path, name: str, body: str) -> str:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    return str(path)
+def _script(body: str) -> str:
+    """A job's program, given on its command line: a tenant's sandbox sees none of this
+    machine's files (a test's temporary folder included), only its own folders."""
+    return textwrap.dedent(body)
 
 
 def _submit(world, queue, script, **extra):
     return job_submit(actor=world.alpha_member, tenant=world.alpha, queue=queue, name="script",
-                      command=[sys.executable, script], **extra)
+                      command=[sys.executable, "-c", script], **extra)
 
 
 def _wait(job, condition, timeout=60.0):
@@ -49,9 +48,9 @@ def _wait(job, condition, timeout=60.0):
 
 
 def test_a_script_runs_to_success_with_its_output_in_the_logs(
-    api, world, local_queue, tmp_path, celery_worker_process
+    api, world, local_queue, celery_worker_process
 ):
-    script = _script(tmp_path, "hello.py", """
+    script = _script("""
         import os
         print("hello from rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])
     """)
@@ -65,9 +64,9 @@ def test_a_script_runs_to_success_with_its_output_in_the_logs(
 
 
 def test_a_failing_script_is_retried_then_fails_with_its_exit_code(
-    world, local_queue, tmp_path, celery_worker_process
+    world, local_queue, celery_worker_process
 ):
-    script = _script(tmp_path, "fail.py", "import sys\nprint('failing')\nsys.exit(3)\n")
+    script = _script("import sys\nprint('failing')\nsys.exit(3)\n")
     job = _submit(world, local_queue, script, max_restarts=2)
     job = _wait(job, lambda j: j.state in FINAL_STATES)
     assert job.state == JobState.FAILED
@@ -76,8 +75,8 @@ def test_a_failing_script_is_retried_then_fails_with_its_exit_code(
     assert job.attempts.count() == 3
 
 
-def test_cancel_ends_the_process_group(world, local_queue, tmp_path, celery_worker_process):
-    script = _script(tmp_path, "sleepy.py", """
+def test_cancel_ends_the_process_group(world, local_queue, celery_worker_process):
+    script = _script("""
         import subprocess, sys, time
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         time.sleep(600)
@@ -107,17 +106,16 @@ CHECKPOINTED = """
         tmp.write_text(json.dumps(state))
         os.replace(tmp, checkpoint)
         time.sleep(0.1)
-    pathlib.Path(os.environ["RESULT"]).write_text(str(state["total"]))
+    (checkpoint.parent / "result.txt").write_text(str(state["total"]))
 """
 
 
 def test_a_killed_job_resumes_from_its_checkpoint_with_the_same_result(
-    world, local_queue, tmp_path, celery_worker_process
+    world, local_queue, celery_worker_process
 ):
-    script = _script(tmp_path, "count.py", CHECKPOINTED)
-    result = tmp_path / "result.txt"
-    job = _submit(world, local_queue, script, max_restarts=1, env={"RESULT": str(result)})
+    job = _submit(world, local_queue, _script(CHECKPOINTED), max_restarts=1)
     checkpoint = job_checkpoint_dir(job) / "state.json"
+    result = checkpoint.parent / "result.txt"
     # Kill it mid-run, as soon as it has made some progress (whatever the worker's pace).
     deadline = time.monotonic() + 60
     while not (checkpoint.exists() and json.loads(checkpoint.read_text())["step"] >= 5):
@@ -143,7 +141,7 @@ def save_and_stop(signum, frame):
     tmp = checkpoint.with_suffix(".tmp")
     tmp.write_text(json.dumps(state))
     os.replace(tmp, checkpoint)
-    pathlib.Path(os.environ["SAVED"]).write_text(str(state["step"]))
+    (checkpoint.parent / "saved.txt").write_text(str(state["step"]))
     sys.exit(143)
 
 signal.signal(signal.SIGTERM, save_and_stop)
@@ -151,7 +149,7 @@ while state["step"] < 100:
     state["step"] += 1
     state["total"] += state["step"] ** 2
     time.sleep(0.05)
-pathlib.Path(os.environ["RESULT"]).write_text(str(state["total"]))
+(checkpoint.parent / "result.txt").write_text(str(state["total"]))
 """
 
 
@@ -168,15 +166,13 @@ def test_a_preempted_job_saves_on_sigterm_and_resumes_where_it_stopped(
     cluster_sync_nodes(cluster=cluster)
     queue = queue_create(actor=world.operator, tenant=world.alpha, name="default",
                          cluster=cluster)
-    saved, result = tmp_path / "saved.txt", tmp_path / "result.txt"
-    script = _script(tmp_path, "squares.py", SAVES_ON_SIGTERM)
-    long = _submit(world, queue, script, gpus_per_replica=1,
-                   env={"SAVED": str(saved), "RESULT": str(result)})
+    long = _submit(world, queue, _script(SAVES_ON_SIGTERM), gpus_per_replica=1)
+    saved = job_checkpoint_dir(long) / "saved.txt"
+    result = job_checkpoint_dir(long) / "result.txt"
     schedule_cluster(cluster_id=cluster.pk)
     _wait(long, lambda j: j.state == JobState.RUNNING)
     time.sleep(1.5)
-    short = _submit(world, queue, _script(tmp_path, "short.py", "print('short done')\n"),
-                    gpus_per_replica=1)
+    short = _submit(world, queue, _script("print('short done')\n"), gpus_per_replica=1)
     schedule_cluster(cluster_id=cluster.pk)  # preempts: SIGTERM, then waits for the save
     long.refresh_from_db()
     assert long.events.filter(to_state=JobState.PREEMPTED).exists()

@@ -40,6 +40,13 @@ class Job(TimeStampedModel):
     # Environment the job's processes get but no page or API shows (tokens), encrypted with
     # `ogai.crypto` as a JSON object.
     secret_env = models.TextField(blank=True, editable=False)
+    # Folders of the data directory the job's processes see besides their own run and
+    # checkpoint folders ([{"path": ..., "read_only": ...}]): set by the platform's services for
+    # the datasets, models and run folders a toolchain step names, never taken from a request.
+    mounts = models.JSONField(default=list, blank=True, editable=False)
+    # Labels its workloads carry on their cluster besides the platform's own (a role such as
+    # `ogai.io/role: model-server`): set by the platform's services, never from a request.
+    labels = models.JSONField(default=dict, blank=True, editable=False)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     reason = models.TextField(blank=True)

@@ -1,7 +1,10 @@
 """Submitting, cancelling and rerunning jobs."""
 
 import json
+import os
+from pathlib import Path
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -15,6 +18,8 @@ from infra_os.choices import WRITE_ROLES
 from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
+from podsys.drivers.base import FEATURE_SANDBOX, DataMount, DriverError
+from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_refresh_capacity
 
 MAX_TIME_LIMIT_S = 30 * 24 * 3600
@@ -53,6 +58,35 @@ def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_m
                                f"than any node of cluster {cluster} has."})
 
 
+def _check_sandbox(queue: Queue) -> None:
+    """Refuse at once what the queue's cluster would refuse to run: a tenant's work where it
+    cannot be sandboxed (and the platform serves more than one tenant)."""
+    if settings.OGAI_SINGLE_TENANT:
+        return
+    try:
+        driver = driver_for(queue.cluster)
+    except DriverError:
+        return  # a broken cluster says so when the job is launched
+    if not driver.supports(FEATURE_SANDBOX):
+        raise ValidationError({"queue": (
+            f"Cluster {queue.cluster.name} runs no tenant's work: it cannot sandbox it "
+            f"({driver.unsupported[FEATURE_SANDBOX]}).")})
+
+
+def _check_mounts(mounts: list[DataMount]) -> list[dict]:
+    """Only folders inside the data directory, named without `..` or symbolic links: a job
+    sees what the platform hands it and nothing around it."""
+    root = Path(settings.DATA_DIR).resolve()
+    checked = []
+    for mount in mounts:
+        path = Path(mount.path)
+        inside = path.is_absolute() and os.path.normpath(path) == str(path)
+        if not inside or path.resolve() != path or root not in path.parents:
+            raise ValueError(f"{mount.path!r} is not a folder inside the data directory")
+        checked.append({"path": str(path), "read_only": mount.read_only})
+    return checked
+
+
 @transaction.atomic
 def job_submit(
     *,
@@ -75,9 +109,13 @@ def job_submit(
     service: bool = False,
     ports: list[int] | None = None,
     secret_env: dict[str, str] | None = None,
+    mounts: list[DataMount] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> Job:
     """Queue a job. `secret_env` reaches its processes but is stored encrypted and shown
-    nowhere (a notebook's tokens); a `service` runs until stopped, answering on `ports`."""
+    nowhere (a notebook's tokens); a `service` runs until stopped, answering on `ports`;
+    `mounts` are the data directory's folders its processes may see (the platform's services
+    name them; a request never does), and so are `labels`, its workloads' labels."""
     require_role(actor, tenant, WRITE_ROLES)
     if queue.tenant_id != tenant.pk or not queue.is_active:
         raise ValidationError({"queue": f"No active queue {queue.name!r} in {tenant.name}."})
@@ -87,6 +125,7 @@ def job_submit(
         raise ValidationError({"time_limit_s": "Use 1 second to 30 days."})
     _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model, cpu=cpu_per_replica,
                 memory_mib=memory_mib_per_replica, replicas=replicas)
+    _check_sandbox(queue)
     now = timezone.now()
     job = Job(
         tenant=tenant, queue=queue, cluster=queue.cluster, owner=actor, name=name,
@@ -98,6 +137,7 @@ def job_submit(
         rerun_of=rerun_of, state=JobState.QUEUED, reason="submitted; waiting for the scheduler",
         service=service, ports=list(ports or []),
         secret_env=encrypt(json.dumps(secret_env)) if secret_env else "",
+        mounts=_check_mounts(mounts or []), labels=dict(labels or {}),
     )
     # The foreign keys were resolved above and the database enforces the constraints:
     # checking them again here would cost a query each on every submission.
@@ -143,5 +183,5 @@ def job_rerun(*, actor, job: Job) -> Job:
         gpu_model=job.gpu_model, cpu_per_replica=job.cpu_per_replica,
         memory_mib_per_replica=job.memory_mib_per_replica, replicas=job.replicas,
         priority=job.priority, max_restarts=job.max_restarts, time_limit_s=job.time_limit_s,
-        rerun_of=job,
+        rerun_of=job, mounts=[DataMount(**mount) for mount in job.mounts], labels=job.labels,
     )

@@ -34,7 +34,7 @@ from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from infra_os.services.tokens import api_token_create, api_token_revoke
 from ogai.crypto import decrypt, encrypt
-from podsys.drivers.base import DriverError
+from podsys.drivers.base import DataMount, DriverError
 from podsys.runtime import driver_for
 
 logger = logging.getLogger(__name__)
@@ -179,6 +179,7 @@ def _start_session(actor, notebook: Notebook, kind: str, reason: str) -> Noteboo
         env={"HOME": str(home), "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
              "OGAI_URL": settings.OGAI_INTERNAL_URL, "OGAI_NOTEBOOK_ID": str(notebook.pk)},
         secret_env={"JUPYTER_TOKEN": server_token, "OGAI_TOKEN": sdk.secret},
+        mounts=[DataMount(str(home), read_only=False)],
     )
     notebook.job = job
     notebook.server_token = encrypt(server_token)

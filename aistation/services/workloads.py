@@ -7,7 +7,7 @@ from django.conf import settings
 
 from aistation.models import Attempt, Job
 from ogai.crypto import decrypt
-from podsys.drivers.base import Resources, Workload
+from podsys.drivers.base import DataMount, Resources, Workload
 
 
 def job_checkpoint_dir(job: Job) -> Path:
@@ -23,6 +23,12 @@ def workload_id(job_id: int, attempt: int) -> str:
     return f"job-{job_id}-a{attempt}"
 
 
+def tenant_uid(tenant_id: int) -> int:
+    """The unprivileged uid (and gid) a tenant's processes run as on hosts the platform runs them
+    on itself: one per tenant, from a range the platform owns."""
+    return int(settings.OGAI_SANDBOX_UID_BASE) + tenant_id
+
+
 SECRET_PLACEHOLDER = "(secret: set at launch)"
 
 
@@ -35,8 +41,7 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
     if not reveal_secrets:
         secrets = dict.fromkeys(secrets, SECRET_PLACEHOLDER)
     env = {
-        **job.env,
-        **secrets,
+        **{name: value for name, value in job.env.items() if name not in secrets},
         "OGAI_JOB_ID": str(job.pk),
         "OGAI_ATTEMPT": str(attempt.number),
         "OGAI_CHECKPOINT_DIR": str(checkpoint_dir),
@@ -53,8 +58,13 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
         env=env,
         image=job.image,
         checkpoint_dir=str(checkpoint_dir),
-        labels={"ogai.job": str(job.pk), "ogai.attempt": str(attempt.number),
+        labels={**job.labels, "ogai.job": str(job.pk), "ogai.attempt": str(attempt.number),
                 "ogai.tenant": job.tenant.name},
         service=job.service,
         ports=tuple(job.ports),
+        tenant=job.tenant.name,
+        run_as=tenant_uid(job.tenant_id),
+        data_mounts=tuple(DataMount(path=m["path"], read_only=bool(m["read_only"]))
+                          for m in job.mounts),
+        secret_env=secrets,
     )

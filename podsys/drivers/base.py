@@ -19,6 +19,16 @@ FEATURE_MULTI_NODE = "multi_node"
 FEATURE_IMAGES = "images"
 FEATURE_SERVICES = "services"
 FEATURE_GPU_MODEL = "gpu_model"
+# Tenants' work runs confined (own namespaces, only its own folders, an unprivileged user); a
+# driver that cannot confine it here lists the reason, and the platform refuses tenants' work.
+FEATURE_SANDBOX = "sandbox"
+
+# What a workload is to others, as a label the platform sets (never a request): a model
+# server's pods admit its model clients (an evaluation scoring its endpoint), where a cluster
+# confines pods' traffic.
+ROLE_LABEL = "ogai.io/role"
+ROLE_MODEL_SERVER = "model-server"
+ROLE_MODEL_CLIENT = "model-client"
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,16 @@ class Volume:
 
 
 @dataclass(frozen=True)
+class DataMount:
+    """A folder under the platform's data directory (the artifacts volume on Kubernetes) that a
+    workload reads, or writes when not `read_only`, seen at the same path inside it. Nothing
+    else of the data directory is visible to the workload."""
+
+    path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
 class Workload:
     """What to run. `id` is the platform's workload id (one per job attempt), a DNS-1123 label
     such as `job-42-a3`; `placement` is the node chosen for each replica, in replica order."""
@@ -80,6 +100,17 @@ class Workload:
     volumes: tuple[Volume, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     service: bool = False
+    # Whose work it is: a tenant's name, or "" for the platform's own (health checks).
+    tenant: str = ""
+    # The unprivileged uid (and gid) the tenant's processes run as, where the driver runs them
+    # on the host itself; None for the platform's own work.
+    run_as: int | None = None
+    # Folders of the data directory the workload may see besides `run_dir` and `checkpoint_dir`
+    # (its own, read-write).
+    data_mounts: tuple[DataMount, ...] = ()
+    # Environment the processes get that no file, object or page may show in clear text
+    # (tokens); drivers keep only the names.
+    secret_env: dict[str, str] = field(default_factory=dict)
 
 
 class Phase(enum.StrEnum):

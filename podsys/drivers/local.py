@@ -5,6 +5,13 @@ Nothing lives in memory that matters: each workload has a folder `<root>/workloa
 fresh driver instance (a restarted Celery worker) sees, reads and cancels what another launched.
 Each replica runs under `local_supervisor`, the leader of its own process group, which records
 the exit code even when the launching process is gone.
+
+A tenant's replica runs in a bubblewrap sandbox as the tenant's own unprivileged user
+(`podsys.drivers.sandbox`): it sees its run folder, its checkpoint folder and the folders of
+the data directory its workload names, never the workload folders (state, logs, exit codes:
+root's, mode 0700) or anything else of the platform's. Where no sandbox can be made here, the
+driver says so in `unsupported` and refuses tenants' work, unless the platform serves a single
+tenant (`OGAI_SINGLE_TENANT`). The platform's own work (health checks) runs as before.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -28,10 +36,11 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 
-from podsys.drivers import processes
+from podsys.drivers import processes, sandbox
 from podsys.drivers.base import (
     FEATURE_IMAGES,
     FEATURE_MULTI_NODE,
+    FEATURE_SANDBOX,
     ClusterDriver,
     DriverError,
     NodeInfo,
@@ -80,10 +89,18 @@ BASE_ENV_NAMES = frozenset((
 BASE_ENV_PREFIXES = ("LC_",)
 
 
+# Inside a sandbox these name the sandbox's own user, home and /tmp, not the platform's.
+SANDBOX_OWN_ENV = frozenset((
+    "HOME", "USER", "LOGNAME", "TMPDIR", "TEMP", "TMP", "XDG_CACHE_HOME", "HF_HOME",
+))
+
+
 class GpuInventory(NamedTuple):
     devices: int
     model: str = ""
     memory_mib: int = 0
+    # Each GPU's device minor number (`/dev/nvidia<minor>`), by NVML index.
+    minors: tuple[int, ...] = ()
 
 
 def read_gpus() -> GpuInventory:
@@ -104,6 +121,10 @@ def read_gpus() -> GpuInventory:
         first = pynvml.nvmlDeviceGetHandleByIndex(0)
         name = pynvml.nvmlDeviceGetName(first)
         memory = pynvml.nvmlDeviceGetMemoryInfo(first).total
+        minors = tuple(
+            int(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(index)))
+            for index in range(count)
+        )
     except (pynvml.NVMLError, OSError):
         return GpuInventory(0)
     finally:
@@ -111,7 +132,7 @@ def read_gpus() -> GpuInventory:
             pynvml.nvmlShutdown()
     if isinstance(name, bytes):
         name = name.decode(errors="replace")
-    return GpuInventory(count, str(name), int(memory) // (1024 * 1024))
+    return GpuInventory(count, str(name), int(memory) // (1024 * 1024), minors)
 
 
 def memory_mib() -> int:
@@ -132,10 +153,35 @@ def free_port() -> int:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write then rename, so a reader never sees half a file."""
+    """Write then rename, so a reader never sees half a file; readable by its owner only."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(data, indent=1, sort_keys=True))
     tmp.replace(path)
+
+
+@functools.cache
+def _sandbox_refusal(bwrap: str) -> str | None:
+    # Once per process: whether this machine can sandbox does not change while it runs.
+    return sandbox.probe(bwrap)
+
+
+def _sandbox_user(tenant: str) -> str:
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in tenant.lower())
+    return f"ogai-{name}"[:32]
+
+
+def _own(path: Path, uid: int) -> None:
+    """Hand a folder the tenant writes to its user: the folder itself, and what is in it when
+    it was someone else's until now (files written before its work was sandboxed). Links are
+    changed, never followed."""
+    if path.lstat().st_uid == uid:
+        return
+    os.chown(path, uid, uid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
 
 
 def read_json(path: Path) -> Any:
@@ -189,7 +235,10 @@ class LocalDriver(ClusterDriver):
     """Options: `root` (state folder; default DATA_DIR/clusters/<cluster>), `grace_s` (cancel's
     wait between SIGTERM and SIGKILL, default 10), `node_name` (default the host name), `gpus`
     (GPU count to hand out instead of what NVML reports; `gpu_model` names them then),
-    `env_passthrough` (more variable names replicas inherit from the driver's environment)."""
+    `env_passthrough` (more variable names replicas inherit from the driver's environment),
+    `bwrap` (the bubblewrap program, default `bwrap`), `readonly_paths` (more folders tenants'
+    sandboxes see read-only, e.g. another Python environment), `gpu_device_dir` (where the
+    GPUs' device files are, default /dev)."""
 
     unsupported = {
         FEATURE_MULTI_NODE: "the local driver runs every replica on this machine",
@@ -210,6 +259,10 @@ class LocalDriver(ClusterDriver):
         self._inventory: tuple[float, GpuInventory] | None = None
         # OGAI's node exporter, in process: it keeps what its rates need between two reads.
         self._metrics = NodeCollector(hostname=self.node_name)
+        self.bwrap = str(self.options.get("bwrap") or "bwrap")
+        self.sandbox_refusal = _sandbox_refusal(self.bwrap)
+        if self.sandbox_refusal:
+            self.unsupported = {**self.unsupported, FEATURE_SANDBOX: self.sandbox_refusal}
 
     # Paths and state ------------------------------------------------------------------------
 
@@ -253,7 +306,7 @@ class LocalDriver(ClusterDriver):
         found = self._inventory[1]
         if "gpus" in self.options:
             model = found.model or str(self.options.get("gpu_model", ""))
-            return GpuInventory(int(self.options["gpus"]), model, found.memory_mib)
+            return GpuInventory(int(self.options["gpus"]), model, found.memory_mib, found.minors)
         return found
 
     def nodes(self) -> list[NodeInfo]:
@@ -362,22 +415,49 @@ class LocalDriver(ClusterDriver):
             holders.append(workload_id)
         write_json(self.root / HOLDERS_FILE, holders)
 
+    def _confined(self, workload: Workload) -> bool:
+        """Whether the workload runs in a sandbox: a tenant's always, where one can be made;
+        elsewhere only on a platform serving a single tenant, unconfined; never silently."""
+        if not workload.tenant:
+            return False  # the platform's own work (health checks)
+        if self.sandbox_refusal is None:
+            if workload.run_as is None or workload.run_as <= 0:
+                raise DriverError(f"workload {workload.id} of tenant {workload.tenant} names "
+                                  "no unprivileged user to run as")
+            return True
+        if getattr(settings, "OGAI_SINGLE_TENANT", False):
+            return False
+        raise DriverError(
+            f"cluster {self.cluster} runs no tenant's work: it cannot sandbox it here "
+            f"({self.sandbox_refusal}); a platform that serves one tenant may set "
+            "OGAI_SINGLE_TENANT=true to run it unconfined"
+        )
+
     def _prepare(self, workload: Workload, folder: Path, gpus: list[list[int]]) -> dict[str, Any]:
-        cwd = Path(workload.run_dir) if workload.run_dir else folder
+        confined = self._confined(workload)
+        cwd = Path(workload.run_dir) if workload.run_dir else folder / "run"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            # The workload's state, logs and exit codes are the platform's alone.
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            folder.chmod(0o700)
             cwd.mkdir(parents=True, exist_ok=True)
             if workload.checkpoint_dir:
                 Path(workload.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            if confined:
+                self._hand_over(workload, folder, cwd)
         except OSError as exc:
             raise DriverError(f"could not prepare workload {workload.id}: {exc}") from exc
+        spec = dataclasses.asdict(workload)
+        spec["secret_env"] = sorted(workload.secret_env)  # names only: this file is on disk
         state: dict[str, Any] = {
             "id": workload.id,
-            "spec": dataclasses.asdict(workload),
+            "spec": spec,
             "node": self.node_name,
             "cwd": str(cwd),
             "master_port": free_port(),
             "started_at": time.time(),
+            "sandbox": {"uid": workload.run_as, "user": _sandbox_user(workload.tenant)}
+            if confined else None,
             "replicas": [
                 {"index": i, "gpus": gpus[i], "pid": None, "start_time": None}
                 for i in range(workload.replicas)
@@ -388,6 +468,42 @@ class LocalDriver(ClusterDriver):
         write_json(folder / STATE_FILE, state)
         return state
 
+    def _hand_over(self, workload: Workload, folder: Path, cwd: Path) -> None:
+        """The folders the tenant writes become its user's; its sandbox's /etc/passwd and
+        /etc/group name that user."""
+        uid = int(workload.run_as or 0)
+        writable = [cwd, *([Path(workload.checkpoint_dir)] if workload.checkpoint_dir else []),
+                    *(Path(m.path) for m in workload.data_mounts if not m.read_only)]
+        for path in writable:
+            _own(path, uid)
+        user = _sandbox_user(workload.tenant)
+        passwd, group = sandbox.passwd_lines(uid, user, str(cwd))
+        (folder / "passwd").write_text(passwd)
+        (folder / "group").write_text(group)
+
+    def _sandbox(self, workload: Workload, folder: Path, state: dict,
+                 index: int) -> sandbox.Sandbox:
+        uid = int(state["sandbox"]["uid"])
+        box = sandbox.Sandbox(uid=uid, cwd=state["cwd"])
+        box.system = sandbox.readonly_paths(
+            workload.command, hidden=(Path(settings.DATA_DIR), self.root),
+            extra=self.options.get("readonly_paths", ()))
+        box.files = {"/etc/passwd": str(folder / "passwd"), "/etc/group": str(folder / "group")}
+        gpus = self._gpus()
+        minors = [gpus.minors[i] if i < len(gpus.minors) else i
+                  for i in state["replicas"][index]["gpus"]]
+        box.devices = sandbox.gpu_devices(minors, str(self.options.get("gpu_device_dir", "/dev")))
+        writable = {state["cwd"], *([workload.checkpoint_dir] if workload.checkpoint_dir else [])}
+        mounts = [(path, False) for path in sorted(writable)]
+        mounts += [(m.path, m.read_only) for m in workload.data_mounts if m.path not in writable]
+        try:
+            for path, read_only in mounts:
+                box.bind(path, read_only=read_only)
+        except sandbox.SandboxError:
+            box.close()
+            raise
+        return box
+
     def _start_replica(self, workload: Workload, folder: Path, state: dict, index: int) -> None:
         replica = state["replicas"][index]
         log = folder / f"replica-{index}.log"
@@ -395,20 +511,35 @@ class LocalDriver(ClusterDriver):
             sys.executable, "-P", "-m", SUPERVISOR,
             "--exit-file", str(folder / f"replica-{index}.exit"),
             "--log", str(log),
-            "--", *workload.command,
         ]  # fmt: skip
         env = self._replica_env(workload, state, index)
-        with log.open("ab") as out:
-            # The supervisor's own output (an import error, say) lands in the log too.
-            child = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-                argv,
-                cwd=state["cwd"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        box = None
+        if state.get("sandbox"):
+            try:
+                box = self._sandbox(workload, folder, state, index)
+            except sandbox.SandboxError as exc:
+                raise OSError(str(exc)) from exc
+            bwrap = shutil.which(self.bwrap) or self.bwrap
+            argv += ["--sandboxed", "--fds", ",".join(map(str, box.fds)),
+                     "--", *box.argv(bwrap, workload.command)]
+        else:
+            argv += ["--", *workload.command]
+        try:
+            with log.open("ab") as out:
+                # The supervisor's own output (an import error, say) lands in the log too.
+                child = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                    argv,
+                    cwd=folder if box else state["cwd"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=box.fds if box else (),
+                )
+        finally:
+            if box is not None:
+                box.close()
         self._children[child.pid] = child
         replica["pid"] = child.pid
         replica["start_time"] = processes.start_time(child.pid)
@@ -425,9 +556,16 @@ class LocalDriver(ClusterDriver):
 
     def _replica_env(self, workload: Workload, state: dict, index: int) -> dict[str, str]:
         env = self._base_env()
+        confined = state.get("sandbox")
+        if confined:
+            env = {key: value for key, value in env.items() if key not in SANDBOX_OWN_ENV}
+            env.update({"HOME": state["cwd"], "USER": confined["user"],
+                        "LOGNAME": confined["user"], "TMPDIR": "/tmp"})  # noqa: S108
         env["PYTHONUNBUFFERED"] = "1"  # so logs stream while the job runs; a job may override
         env.update(workload.env)
+        env.update(workload.secret_env)
         env["PYTHONPATH"] = _join_paths(env.get("PYTHONPATH", ""), _platform_pythonpath())
+        gpus = state["replicas"][index]["gpus"]
         env.update(
             {
                 "RANK": str(index),
@@ -442,7 +580,10 @@ class LocalDriver(ClusterDriver):
                 "MASTER_PORT": str(state["master_port"]),
                 "OGAI_WORKLOAD_ID": workload.id,
                 "OGAI_RUN_DIR": state["cwd"],
-                "CUDA_VISIBLE_DEVICES": ",".join(map(str, state["replicas"][index]["gpus"])),
+                # A sandbox holds only its own GPUs' device files, so CUDA numbers them from
+                # 0; unconfined, every GPU of the machine is there and the indices pick them.
+                "CUDA_VISIBLE_DEVICES": ",".join(
+                    str(i) for i in (range(len(gpus)) if confined else gpus)),
                 # NVML numbers GPUs by PCI bus; CUDA must use the same order for the indices
                 # above to mean the GPUs that were allocated.
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",

@@ -25,7 +25,7 @@ from podsys.drivers.base import (
     Workload,
     WorkloadStatus,
 )
-from podsys.drivers.local import LocalDriver, read_tail
+from podsys.drivers.local import LocalDriver, read_gpus, read_tail
 
 DEADLINE_S = 15.0
 
@@ -120,7 +120,8 @@ def test_script_runs_to_success_and_its_output_is_in_the_logs(driver, tmp_path):
     assert result.exit_code == 0
     assert result.replicas[0].node == driver.node_name
     assert "hello from the job" in driver.logs("ok-1")
-    assert driver.run_dir("ok-1") == driver.root / "workloads" / "ok-1"
+    # The processes work in a folder of their own, beside (not among) the state and logs.
+    assert driver.run_dir("ok-1") == driver.root / "workloads" / "ok-1" / "run"
 
 
 def test_replicas_get_ranks_rendezvous_gpus_and_checkpoint_dir(make_driver, tmp_path, monkeypatch):
@@ -435,6 +436,8 @@ def _fake_nvml(*, fail_init: bool = False) -> types.SimpleNamespace:
         nvmlDeviceGetHandleByIndex=lambda index: index,
         nvmlDeviceGetName=lambda handle: b"NVIDIA H200",
         nvmlDeviceGetMemoryInfo=lambda handle: memory,
+        # Device files are numbered by minor number, which need not follow NVML's order.
+        nvmlDeviceGetMinorNumber=lambda handle: 7 - handle,
     )
 
 
@@ -442,6 +445,7 @@ def test_nodes_read_gpus_through_nvml(make_driver, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml())
     [node] = make_driver().nodes()
     assert (node.gpus, node.gpu_model, node.gpu_memory_mib) == (8, "NVIDIA H200", 143771)
+    assert read_gpus().minors == (7, 6, 5, 4, 3, 2, 1, 0)
 
 
 def test_nodes_survive_an_nvml_error(make_driver, monkeypatch):

@@ -3,12 +3,14 @@ job's secret environment, the job itself."""
 
 import json
 import sys
+from pathlib import Path
 
 from django.conf import settings
 
 from aistation.models import Job, Queue
 from aistation.services.job_tokens import job_token_bind, job_token_new
 from aistation.services.jobs import job_submit
+from podsys.drivers.base import DataMount
 from ylink import storage
 from ylink.models.runs import ToolchainRun
 
@@ -21,9 +23,11 @@ def runner_command(module: str, spec_path: str, *, local: bool) -> list[str]:
 
 def run_launch(*, actor, run: ToolchainRun, kind: str, module: str, spec: dict, queue: Queue,
                replicas: int = 1, gpus: int = 0, gpu_model: str = "", cpu: float = 1.0,
-               memory_mib: int = 2048, max_restarts: int = 2) -> Job:
+               memory_mib: int = 2048, max_restarts: int = 2,
+               reads: tuple[str | None, ...] = ()) -> Job:
     """Write the run's spec into its folder and submit the job that runs it. Called inside
-    the transaction that created the run (it needs the run's id)."""
+    the transaction that created the run (it needs the run's id). The job sees its run folder
+    and the folders in `reads` (read-only), nothing else of the data directory."""
     folder = storage.run_folder(kind, run.pk, run.created_at)
     folder.mkdir(parents=True, exist_ok=True)
     spec = {**spec, "run": run.pk}
@@ -41,6 +45,9 @@ def run_launch(*, actor, run: ToolchainRun, kind: str, module: str, spec: dict, 
         secret_env={"OGAI_RUN_TOKEN": secret},
         replicas=replicas, gpus_per_replica=gpus, gpu_model=gpu_model, cpu_per_replica=cpu,
         memory_mib_per_replica=memory_mib, max_restarts=max_restarts,
+        mounts=[DataMount(str(folder), read_only=False),
+                *(DataMount(str(Path(path)), read_only=True) for path in dict.fromkeys(reads)
+                  if path)],
     )
     job_token_bind(job=job, secret=secret)
     run.job = job

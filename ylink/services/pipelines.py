@@ -66,15 +66,18 @@ def pipeline_run_start(*, actor, version: DatasetVersion, steps: list, queue: Qu
         then_train=then_train,
     )
     folder = storage.run_folder("pipeline-runs", run.pk, run.created_at)
+    input_path = str(storage.absolute(version.path))
     spec = {
-        "input": {"path": str(storage.absolute(version.path)), "format": version.format},
+        "input": {"path": input_path, "format": version.format},
         "output_dir": str(folder / "output"),
         "work_dir": str(folder / "work"),
         "steps": steps,
         "tokenizer_path": tokenizer_path,
     }
     run_launch(actor=actor, run=run, kind="pipeline-runs", module="ylink.runners.data",
-               spec=spec, queue=queue, replicas=replicas, cpu=cpu, memory_mib=memory_mib)
+               spec=spec, queue=queue, replicas=replicas, cpu=cpu, memory_mib=memory_mib,
+               reads=(input_path,
+                      str(Path(tokenizer_path).parent) if tokenizer_path else None))
     audit_record(actor=actor, action="pipeline_run.start", obj=run, tenant=tenant,
                  changes={"version": str(version), "steps": [s["type"] for s in steps],
                           "replicas": replicas})

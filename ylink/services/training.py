@@ -141,7 +141,8 @@ def training_run_start(*, actor, dataset_version: DatasetVersion, queue: Queue, 
     run.save(update_fields=["spec", "total_steps"])
     run_launch(actor=actor, run=run, kind="training-runs", module="ylink.runners.train",
                spec=run.spec, queue=queue, replicas=replicas, gpus=gpus, gpu_model=gpu_model,
-               cpu=cpu, memory_mib=memory_mib, max_restarts=max_restarts)
+               cpu=cpu, memory_mib=memory_mib, max_restarts=max_restarts,
+               reads=(run.spec["data"]["path"], run.spec.get("base_model_path")))
     audit_record(actor=actor, action="training_run.start", obj=run, tenant=tenant,
                  changes={"kind": kind, "version": str(dataset_version), "gpus": gpus,
                           "replicas": replicas})
