@@ -40,7 +40,7 @@ from itertools import islice
 
 from . import reasons
 from .admission import Usage
-from .placement import Cluster, Picked, Shape
+from .placement import EPS, Cluster, Picked, Shape
 from .policies import (
     DEFAULT_LEVELS_GPU_S,
     DEFAULT_MIN_RUN_S,
@@ -59,7 +59,7 @@ from .policies import (
     share,
     waiting_since,
 )
-from .preemption import RunningJob, fewest_victims
+from .preemption import NO_NEEDS, Needs, RunningJob, fewest_victims
 from .types import Decisions, JobSnap, Preempt, QueueSnap, Snapshot, Start, TenantSnap, Wait
 
 UNDECIDED, STARTED, WAITING, DEFERRED = 0, 1, 2, 3
@@ -135,6 +135,21 @@ def _started_at(running: RunningJob) -> float:
     return started if started is not None else float("-inf")
 
 
+def _cores(job: JobSnap) -> tuple[float, int]:
+    """CPU cores and MiB of memory of all the job's replicas."""
+    return job.cpu_per_replica * job.replicas, job.memory_mib_per_replica * job.replicas
+
+
+def _over_cores_quota(tenant: TenantSnap, cpu: float, mem: int) -> str | None:
+    """Why a job of `cpu` cores and `mem` MiB in all can never run within its tenant's CPU or
+    memory quota (it asks for more than the whole quota), or None."""
+    if tenant.cpu_quota is not None and cpu > tenant.cpu_quota + EPS:
+        return reasons.over_cpu_quota(cpu, tenant.cpu_quota)
+    if tenant.memory_quota_mib is not None and mem > tenant.memory_quota_mib:
+        return reasons.over_memory_quota(mem, tenant.memory_quota_mib)
+    return None
+
+
 def _below(by_priority: dict[int, int] | None, priority: int) -> int:
     """GPUs held at priorities strictly below `priority`."""
     if not by_priority:
@@ -187,6 +202,8 @@ class _Cycle:
         for name in {key[6] for key in classes} | {job.tenant for job in snapshot.running}:
             if name not in self.tenants:
                 self.tenants[name] = TenantSnap(name=name, gpu_quota=0)
+        # Tenants with a CPU or memory quota: only their cores and memory are counted.
+        self.capped = self.usage.count_held_elsewhere(self.tenants.values())
 
         # Running work: capacity, usage, and who could be preempted.
         self.biggest_running = [0] * len(cluster.names)
@@ -220,6 +237,8 @@ class _Cycle:
             need = key[1] * key[2]
             if text is None and queue.limit is not None and need > queue.limit:
                 text = reasons.over_queue_limit(need, queue.limit)
+            if text is None and key[6] in self.capped:
+                text = _over_cores_quota(self.tenants[key[6]], key[3] * key[2], key[4] * key[2])
             never_of_class.append(text)
 
         shape_id = self.shape_id = [shape_of_class[c] for c in class_of]
@@ -277,6 +296,7 @@ class _Cycle:
         by_queue_priority, by_quota_priority = self.queue_by_priority, self.quota_by_priority
         by_tenant, borrowed_running = self.by_tenant, self.borrowed_running
         limited = {name for name, tenant in self.tenants.items() if tenant.gpu_model_limits}
+        capped, cpu_used, mem_used = self.capped, usage.cpu_used, usage.mem_used
         rank, fair_queues = self.ranks.rank, self.fair_queues
         young_since = now - self.min_run_s
         for job in jobs:
@@ -290,6 +310,9 @@ class _Cycle:
                     if g > biggest[node]:
                         biggest[node] = g
             tenant, queue, gpus = job.tenant, job.queue, job.gpus
+            if tenant in capped:
+                cpu_used[tenant] += c * job.replicas
+                mem_used[tenant] += m * job.replicas
             if queue in fair_queues:
                 attained = job.attained_gpu_s
                 if job.started_at is not None and job.started_at < now:
@@ -490,6 +513,12 @@ class _Cycle:
             and self.usage.model_over(tenant, model, need) is not None
         )
 
+    def _over_cores(self, i: int, tenant: TenantSnap) -> str | None:
+        """Why job i would pass its tenant's CPU or memory quota, or None."""
+        if tenant.name not in self.capped:
+            return None
+        return self.usage.cores_reason(tenant, *_cores(self.pending[i]))
+
     def _quota_reason(self, i: int, tenant: TenantSnap) -> str:
         """Why the job is over its tenant's quota or model limit (it is)."""
         need = self.need[i]
@@ -533,6 +562,14 @@ class _Cycle:
                     return STARTED
                 self._wait(i, reasons.queue_full(used, limit, need))
                 return WAITING
+        # CPU and memory quotas are hard: over them a job waits (nothing borrows above them),
+        # unless its own lower-ranked work makes way.
+        cores_text = self._over_cores(i, tenant)
+        if cores_text is not None:
+            if phase == 1 and self._preempt_own(i, queue, allowed):
+                return STARTED
+            self._wait(i, cores_text)
+            return WAITING
         if self._over_quota(i, tenant):
             if phase == 1:
                 return STARTED if self._preempt_own(i, queue, allowed) else DEFERRED
@@ -596,6 +633,8 @@ class _Cycle:
         need = self.need[i]
         usage = self.usage
         usage.change(job.tenant, job.queue, need, borrowed, model_gpus, +1)
+        if job.tenant in self.capped:
+            usage.change_cores(job.tenant, *_cores(job), +1)
         used = usage.quota_used.get(job.tenant, 0)
         if borrowed:
             reason = reasons.borrowed(used, tenant.gpu_quota, need)
@@ -654,15 +693,22 @@ class _Cycle:
         if model and model in tenant.gpu_model_limits:
             used_model = usage.model_used.get((job.tenant, model), 0)
             need_model = used_model + need - tenant.gpu_model_limits[model]
+        need_cpu, need_mem = 0.0, 0
+        if job.tenant in self.capped:
+            need_cpu, need_mem = usage.cores_short(tenant, *_cores(job))
 
-        def gains(running: RunningJob) -> tuple[int, int, int]:
+        def gains(running: RunningJob) -> Needs:
             victim = running.job
+            # Any of its own work gives back CPU and memory: those quotas count it all.
+            cpu, mem = _cores(victim)
             if victim.borrowed:
-                return (victim.gpus if victim.queue == job.queue else 0, 0, 0)
+                return (victim.gpus if victim.queue == job.queue else 0, 0, 0, cpu, mem)
             return (
                 victim.gpus if victim.queue == job.queue else 0,
                 victim.gpus,
                 running.model_gpus.get(model, 0),
+                cpu,
+                mem,
             )
 
         below = bisect_left(self.own_priorities[job.tenant], rank)
@@ -676,7 +722,7 @@ class _Cycle:
             self.cluster,
             shape,
             allowed,
-            (need_queue, need_quota, need_model),
+            (need_queue, need_quota, need_model, need_cpu, need_mem),
             candidates,
             gains,
         )
@@ -720,7 +766,9 @@ class _Cycle:
         if memo in self._no_victims:
             return False
         candidates = [r for r in self.borrowed_running if r.job.tenant != job.tenant]
-        victims = fewest_victims(self.cluster, shape, allowed, (0, 0, 0), candidates)
+        # Its tenant's CPU and memory quotas are not at stake: it is within them (checked
+        # first), and other tenants' work does not count against them.
+        victims = fewest_victims(self.cluster, shape, allowed, NO_NEEDS, candidates)
         if victims is None:
             self._no_victims.add(memo)
             return False
@@ -742,6 +790,7 @@ class _Cycle:
         quota = [(t, usage.quota_used.get(t, 0)) for t in tenants]
         queue = [(q, usage.queue_used.get(q, 0)) for q in {j.queue for j in jobs}]
         model = [(k, used) for k, used in usage.model_used.items() if k[0] in tenants]
+        cores = [(t, usage.cpu_used[t], usage.mem_used[t]) for t in tenants if t in self.capped]
         for victim in victims:
             self._preempt(victim, reason(victim))
         picked = cluster.place(self.shapes[i], allowed)
@@ -759,6 +808,8 @@ class _Cycle:
             any(usage.quota_used.get(t, 0) < used for t, used in quota)
             or any(usage.queue_used.get(q, 0) < used for q, used in queue)
             or any(usage.model_used.get(k, 0) < used for k, used in model)
+            or any(usage.cpu_used[t] < cpu - EPS or usage.mem_used[t] < mem
+                   for t, cpu, mem in cores)
         ):
             self._no_victims.clear()
 
@@ -772,6 +823,8 @@ class _Cycle:
                     node, job.gpus_per_replica, job.cpu_per_replica, job.memory_mib_per_replica
                 )
         self.usage.change(job.tenant, job.queue, job.gpus, job.borrowed, running.model_gpus, -1)
+        if job.tenant in self.capped:
+            self.usage.change_cores(job.tenant, *_cores(job), -1)
         self.preemptions.append(Preempt(job.id, reason))
         self.version += 1
 
@@ -848,7 +901,7 @@ class _Cycle:
         limit = queue.limit
         if limit is not None and self.usage.queue_used.get(queue.key, 0) + need > limit:
             return False
-        if self._over_quota(i, tenant):
+        if self._over_quota(i, tenant) or self._over_cores(i, tenant) is not None:
             return False
         allowed: Allowed = None
         if tenant.gpu_model_limits and not job.gpu_model:

@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 from .placement import EPS, Cluster, Shape
 from .types import JobSnap
 
-# What removing a running job gives back to the pending job's admission: GPUs of its queue's
-# limit, of its tenant's quota, of its tenant's limit for its GPU model.
-Gains = Callable[["RunningJob"], tuple[int, int, int]]
+# What the pending job's admission needs given back, and what removing a running job gives back
+# to it: GPUs of its queue's limit, of its tenant's quota, of its tenant's limit for its GPU
+# model; CPU cores and MiB of its tenant's CPU and memory quotas.
+Needs = tuple[int, int, int, float, int]
+Gains = Callable[["RunningJob"], Needs]
+NO_NEEDS: Needs = (0, 0, 0, 0.0, 0)
 
 
 @dataclass(eq=False, slots=True)
@@ -30,13 +33,13 @@ class _Simulation:
     running jobs taken away; jobs are added and removed one at a time."""
 
     def __init__(
-        self, cluster: Cluster, shape: Shape, allowed: frozenset[str] | None, needs: tuple[int, ...]
+        self, cluster: Cluster, shape: Shape, allowed: frozenset[str] | None, needs: Needs
     ) -> None:
         self.cluster = cluster
         self.shape = shape
         self.allowed = allowed
         self.needs = needs
-        self.got = [0, 0, 0]
+        self.got = [0.0, 0.0, 0.0, 0.0, 0.0]
         self.slots = cluster.slots_now(shape, allowed)
         self.freed: dict[int, list[float]] = {}  # node -> [gpus, cpu, mem] given back
         self.counted: dict[int, int] = {}  # node -> replicas it adds to self.slots
@@ -59,12 +62,14 @@ class _Simulation:
         return found
 
     def change(
-        self, running: RunningJob, gains: tuple[int, int, int], nodes: list[int], sign: int
+        self, running: RunningJob, gains: Needs, nodes: list[int], sign: int
     ) -> None:
         got = self.got
         got[0] += sign * gains[0]
         got[1] += sign * gains[1]
         got[2] += sign * gains[2]
+        got[3] += sign * gains[3]
+        got[4] += sign * gains[4]
         if not nodes:
             return
         job = running.job
@@ -105,43 +110,44 @@ class _Simulation:
             and got[0] >= needs[0]
             and got[1] >= needs[1]
             and got[2] >= needs[2]
+            and got[3] + EPS >= needs[3]
+            and got[4] >= needs[4]
         )
-
-
-NO_GAINS = (0, 0, 0)
 
 
 def fewest_victims(
     cluster: Cluster,
     shape: Shape,
     allowed: frozenset[str] | None,
-    needs: tuple[int, int, int],
+    needs: Needs,
     candidates: Iterable[RunningJob],
     gains: Gains | None = None,
 ) -> list[RunningJob] | None:
     """The victims, or None when even all the candidates together would not let the job start.
 
-    `needs` are the GPUs that must come back to the job's queue limit, tenant quota and model
-    limit (0 or less: none), and `gains` says what each candidate gives back to them (None: it
-    only makes room). Candidates already preempted are skipped; the others are taken in order
-    until the job fits, then each earlier one is dropped again if the job still fits without it,
-    so every victim kept is needed. Candidates that give back nothing the job needs are passed
-    over."""
-    if shape[2] == 1 and needs[0] <= 0 and needs[1] <= 0 and needs[2] <= 0:
+    `needs` are what must come back to the job's queue limit, tenant quota, model limit, CPU and
+    memory quotas (0 or less: none), and `gains` says what each candidate gives back to them
+    (None: it only makes room). Candidates already preempted are skipped; the others are taken
+    in order until the job fits, then each earlier one is dropped again if the job still fits
+    without it, so every victim kept is needed. Candidates that give back nothing the job needs
+    are passed over."""
+    need_queue, need_quota, need_model = needs[0] > 0, needs[1] > 0, needs[2] > 0
+    need_cores = needs[3] > 0 or needs[4] > 0
+    if shape[2] == 1 and not (need_queue or need_quota or need_model or need_cores):
         return _room_on_one_node(cluster, shape, allowed, candidates)
     sim = _Simulation(cluster, shape, allowed, needs)
-    need_queue, need_quota, need_model = needs[0] > 0, needs[1] > 0, needs[2] > 0
-    chosen: list[tuple[RunningJob, tuple[int, int, int], list[int]]] = []
+    chosen: list[tuple[RunningJob, Needs, list[int]]] = []
     for running in candidates:
         if running.preempted:
             continue
         nodes = sim.nodes_of(running)
-        gained = gains(running) if gains is not None else NO_GAINS
+        gained = gains(running) if gains is not None else NO_NEEDS
         if not (
             nodes
             or (need_queue and gained[0])
             or (need_quota and gained[1])
             or (need_model and gained[2])
+            or (need_cores and (gained[3] or gained[4]))
         ):
             continue
         sim.change(running, gained, nodes, +1)

@@ -17,6 +17,19 @@ def num(value: float) -> str:
     return f"{value:.1f}"
 
 
+def amount(value: float) -> str:
+    """Up to two decimals, without trailing zeros: 0.6 and 0.25 cores, 12 and 0.5 GiB."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def gib(mib: float) -> str:
+    return amount(mib / 1024)
+
+
+def n_cores(value: float) -> str:
+    return f"{amount(value)} CPU core" + ("" if amount(value) == "1" else "s")
+
+
 def node_list(names: Sequence[str]) -> str:
     if len(names) <= SHOWN_NODES:
         return ", ".join(names)
@@ -51,6 +64,16 @@ def queue_full(used: int, limit: int, need: int) -> str:
 
 def quota_full(used: int, quota: int, need: int) -> str:
     return f"waiting: tenant quota {used}/{quota} GPUs in use, job needs {need}"
+
+
+def cpu_quota_full(used: float, quota: float, need: float) -> str:
+    return (f"waiting: tenant quota {amount(used)}/{amount(quota)} CPU cores in use, "
+            f"job needs {amount(need)}")
+
+
+def memory_quota_full(used_mib: int, quota_mib: int, need_mib: int) -> str:
+    return (f"waiting: tenant quota {gib(used_mib)}/{gib(quota_mib)} GiB memory in use, "
+            f"job needs {gib(need_mib)} GiB")
 
 
 def model_full(model: str, used: int, limit: int, need: int) -> str:
@@ -162,6 +185,15 @@ def only_excluded(excluded: Sequence[str]) -> str:
 
 def over_queue_limit(need: int, limit: int) -> str:
     return f"never fits: needs {need} GPUs, more than its queue's limit of {limit}"
+
+
+def over_cpu_quota(need: float, quota: float) -> str:
+    return f"never fits: needs {n_cores(need)}, more than the tenant's CPU quota of {amount(quota)}"
+
+
+def over_memory_quota(need_mib: int, quota_mib: int) -> str:
+    return (f"never fits: needs {gib(need_mib)} GiB of memory, more than the tenant's memory "
+            f"quota of {gib(quota_mib)} GiB")
 
 
 def negative_request() -> str:

@@ -23,6 +23,13 @@ class TenantSnap:
     gpu_quota: int
     # GPUs allowed per GPU model, within gpu_quota ({"H100": 8}).
     gpu_model_limits: dict[str, int] = field(default_factory=dict)
+    # CPU cores and MiB of memory its work may hold at once; None = no limit. Hard limits,
+    # never borrowed above: all its running work counts, borrowed GPUs' work too.
+    cpu_quota: float | None = None
+    memory_quota_mib: int | None = None
+    # What its work already holds outside the snapshot (other clusters), against those limits.
+    cpu_held_elsewhere: float = 0.0
+    memory_mib_held_elsewhere: int = 0
 
 
 @dataclass(frozen=True)

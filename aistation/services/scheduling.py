@@ -7,7 +7,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -83,6 +83,23 @@ def _running_snap(row: dict, tenant: str, queue: str, started: datetime | None) 
     )
 
 
+NOTHING_HELD = (0, 0.0, 0)
+
+
+def _tenant_snap(quota: Quota, elsewhere: tuple[int, float, int], leased: int) -> TenantSnap:
+    """The tenant's quotas as the core takes them. A CPU or memory quota of 0 means no limit
+    (tenants are made with 0 there, and blocking all their work would help no one); a GPU quota
+    of 0 means no GPUs of its own."""
+    gpus, cpu, memory = elsewhere
+    return TenantSnap(
+        name=quota.tenant.name, gpu_quota=max(0, quota.gpus - gpus - leased),
+        gpu_model_limits=dict(quota.gpu_model_limits),
+        cpu_quota=float(quota.cpu_cores) if quota.cpu_cores > 0 else None,
+        memory_quota_mib=quota.memory_gib * 1024 if quota.memory_gib > 0 else None,
+        cpu_held_elsewhere=float(cpu), memory_mib_held_elsewhere=int(memory),
+    )
+
+
 def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, dict]]:
     """The cluster as the core sees it, and each pending job's row."""
     queues = {q.pk: q for q in Queue.objects.filter(cluster=cluster).select_related("tenant")}
@@ -90,12 +107,18 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
     # Lock the quotas: cycles of other clusters serialise on the tenants they share.
     quotas = {q.tenant_id: q for q in Quota.objects.select_for_update(no_key=True).filter(
         tenant_id__in=tenant_ids).select_related("tenant").order_by("pk")}
-    elsewhere = dict(
-        Job.objects.filter(tenant_id__in=tenant_ids, state__in=ACTIVE_STATES, borrowed=False)
+    # What the tenants' work holds on other clusters: their GPUs within quota, and all their CPU
+    # and memory (those quotas are hard: borrowed GPUs' work counts too).
+    elsewhere = {
+        tenant_id: (gpus or 0, cpu or 0.0, memory or 0)
+        for tenant_id, gpus, cpu, memory in
+        Job.objects.filter(tenant_id__in=tenant_ids, state__in=ACTIVE_STATES)
         .exclude(cluster=cluster).values("tenant_id")
-        .annotate(held=Sum(F("gpus_per_replica") * F("replicas")))
-        .values_list("tenant_id", "held")
-    )
+        .annotate(held_gpus=Sum(F("gpus_per_replica") * F("replicas"), filter=Q(borrowed=False)),
+                  held_cpu=Sum(F("cpu_per_replica") * F("replicas")),
+                  held_memory=Sum(F("memory_mib_per_replica") * F("replicas")))
+        .values_list("tenant_id", "held_gpus", "held_cpu", "held_memory")
+    }
     # Servers leased whole to a tenant count against its GPU quota too.
     leased = leased_gpus_by_tenant(tenant_ids=tenant_ids, at=now)
     jobs = Job.objects.filter(cluster=cluster)
@@ -116,12 +139,8 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
             Node.objects.filter(cluster=cluster).values_list(
                 "name", "gpus", "gpu_model", "cpu_cores", "memory_mib", "schedulable", "health")
         ),
-        tenants=tuple(
-            TenantSnap(name=q.tenant.name,
-                       gpu_quota=max(0, q.gpus - elsewhere.get(t, 0) - leased.get(t, 0)),
-                       gpu_model_limits=dict(q.gpu_model_limits))
-            for t, q in quotas.items()
-        ),
+        tenants=tuple(_tenant_snap(q, elsewhere.get(t, NOTHING_HELD), leased.get(t, 0))
+                      for t, q in quotas.items()),
         queues=tuple(
             QueueSnap(key=f"{q.tenant.name}/{q.name}", tenant=q.tenant.name,
                       gpu_limit=q.gpu_limit, policy=q.policy)

@@ -239,6 +239,23 @@ def check(snap: Snapshot, decisions: Decisions) -> None:
         if limit is not None:
             assert gpus <= max(limit, queue_0[key]), f"queue {key} over its limit"
 
+    # CPU and memory quotas are hard: all of a tenant's work counts (borrowed too, and what it
+    # holds elsewhere), and nothing starts past them.
+    def cores(jobs: Iterable[JobSnap], tenant: TenantSnap) -> tuple[float, int]:
+        mine = [j for j in jobs if j.tenant == tenant.name]
+        return (
+            tenant.cpu_held_elsewhere + sum(j.cpu_per_replica * j.replicas for j in mine),
+            tenant.memory_mib_held_elsewhere + sum(
+                j.memory_mib_per_replica * j.replicas for j in mine),
+        )
+
+    for tenant in tenants.values():
+        (cpu_0, mem_0), (cpu_1, mem_1) = cores(snap.running, tenant), cores(placed, tenant)
+        if tenant.cpu_quota is not None:
+            assert cpu_1 <= max(tenant.cpu_quota, cpu_0) + 1e-9, f"{tenant.name} over its CPU"
+        if tenant.memory_quota_mib is not None:
+            assert mem_1 <= max(tenant.memory_quota_mib, mem_0), f"{tenant.name} over its memory"
+
     # Positions: 1..n within each queue.
     positions: defaultdict[str, list[int]] = defaultdict(list)
     for w in decisions.waits:

@@ -176,6 +176,10 @@ def _random_snapshot(rng: random.Random) -> Snapshot:
             name=name,
             gpu_quota=rng.choice([0, 4, 8, 16, 32]),
             gpu_model_limits={"H100": rng.choice([2, 8])} if rng.random() < 0.3 else {},
+            cpu_quota=rng.choice([None, None, 8, 20.5, 64]),
+            memory_quota_mib=rng.choice([None, None, 65_536, 200_000]),
+            cpu_held_elsewhere=rng.choice([0.0, 0.0, 4.0]),
+            memory_mib_held_elsewhere=rng.choice([0, 0, 8192]),
         )
         for name in ("a", "b", "c")
     )

@@ -1,6 +1,8 @@
 from django.urls import reverse
 
+from frontend.forms import QuotaForm
 from infra_os.models import Quota, Tenant
+from infra_os.services.quotas import quota_update
 
 
 def test_platform_admin_creates_a_tenant_with_its_quota(signed_in, world):
@@ -89,3 +91,12 @@ def test_tenant_admin_cannot_edit_quota(signed_in, world):
     assert response.status_code == 403
     world.alpha.quota.refresh_from_db()
     assert world.alpha.quota.gpus != 999
+
+
+def test_the_quota_form_and_page_say_that_0_cores_and_0_gib_mean_no_limit(signed_in, world):
+    form = QuotaForm()
+    assert "0: no CPU limit" in form.fields["cpu_cores"].help_text
+    assert "0: no memory limit" in form.fields["memory_gib"].help_text
+    quota_update(actor=world.operator, quota=world.alpha.quota, cpu_cores=0, memory_gib=0)
+    page = signed_in(world.alpha_member).get(reverse("frontend:quotas")).content.decode()
+    assert page.count("no limit") == 2
