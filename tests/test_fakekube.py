@@ -1,5 +1,6 @@
 """The fake Kubernetes API server, through the official client over real HTTP."""
 
+import json
 import time
 
 import pytest
@@ -59,7 +60,7 @@ def test_discovery_and_version(kube):
     assert client.VersionApi(api).get_code().git_version == "v1.31.0"
     assert client.CoreApi(api).get_api_versions().versions == ["v1"]
     groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
-    assert groups == {"batch", "apps"}
+    assert groups == {"batch", "apps", "networking.k8s.io"}
     fake.volcano = fake.kueue = True
     groups = {g.name: g.versions[0].version
               for g in client.ApisApi(api).get_api_versions().groups}
@@ -389,3 +390,181 @@ def test_selectors_and_quantities():
     assert not label_selector_matches("a=1,c", labels)
     assert label_selector_matches("a in (1,5),b notin (3)", labels)
     assert quantity("500m") * 2 == 1 and quantity("1Gi") == 2**30 and quantity(8) == 8
+
+
+# Secrets, NetworkPolicies, Pod Security ------------------------------------------------------
+
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
+
+
+def restricted_pod(name, **changes):
+    """A pod the restricted level admits; `changes` break it one way or another."""
+    container = {"name": "main", "image": "x:1", "securityContext": {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+    spec = {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [container]}
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        target = spec
+        for part in parents:
+            target = target[part] if part != "container" else container
+        target[last] = value
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_secret_keeps_string_data_as_base64_and_feeds_the_env_by_reference(kube):
+    fake, api = kube
+    core = client.CoreV1Api(api)
+    core.create_namespaced_secret("default", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+        "stringData": {"TOKEN": "t0ps3cret"}})
+    stored = fake.get("Secret", "s", "default")
+    assert "stringData" not in stored and stored["type"] == "Opaque"
+    assert stored["data"] == {"TOKEN": "dDBwczNjcmV0"}
+    assert core.read_namespaced_secret("s", "default").data == {"TOKEN": "dDBwczNjcmV0"}
+    for bad in ({"data": {"TOKEN": "not base64!"}}, {"stringData": {"bad key/": "x"}}):
+        with pytest.raises(ApiException) as err:
+            core.create_namespaced_secret("default", {"metadata": {"name": "bad"}, **bad})
+        assert err.value.status == 422
+    fake.add_node("gpu-a")
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "TOKEN"}}},
+           {"name": "OTHER", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "X"}}}]
+    job = indexed_job("job-s", completions=1, gpus=1)
+    job.spec.template.spec.containers[0].env = env[:1]
+    client.BatchV1Api(api).create_namespaced_job("default", job)
+    job.metadata.name = "job-t"
+    job.spec.template.spec.containers[0].env = env
+    client.BatchV1Api(api).create_namespaced_job("default", job)
+    fake.start_pods()
+    [good] = fake.pods("job-name=job-s")
+    assert good["status"]["phase"] == "Running"
+    assert fake.container_env(good["metadata"]["name"])["TOKEN"] == "t0ps3cret"
+    [bad] = fake.pods("job-name=job-t")  # the kubelet cannot make it: a missing Secret
+    waiting = bad["status"]["containerStatuses"][0]["state"]["waiting"]
+    assert waiting == {"reason": "CreateContainerConfigError",
+                       "message": 'secret "gone" not found'}
+
+
+def test_network_policies_are_validated_defaulted_and_replaced(kube):
+    fake, api = kube
+    net = client.NetworkingV1Api(api)
+    body = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "p"},
+            "spec": {"podSelector": {}, "egress": [{"ports": [{"port": 53}]}]}}
+    made = net.create_namespaced_network_policy("default", body)
+    assert made.spec.policy_types == ["Ingress", "Egress"]  # defaulted, as the server does
+    assert made.spec.egress[0].ports[0].protocol == "TCP"
+    body["spec"] = {"podSelector": {}, "policyTypes": ["Egress"]}
+    net.replace_namespaced_network_policy("p", "default", body)
+    assert fake.get("NetworkPolicy", "p", "default")["spec"]["policyTypes"] == ["Egress"]
+    broken = [
+        {"podSelector": {}, "policyTypes": ["Sideways"]},
+        {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]},
+        {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8",
+                                                            "except": ["11.0.0.0/16"]}}]}]},
+        {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"},
+                                                "podSelector": {}}]}]},
+        {"podSelector": {}, "ingress": [{"ports": [{"port": 70000}]}]},
+        {"podSelector": {}, "ingress": [{"ports": [{"protocol": "ICMP"}]}]},
+        {"podSelector": {}, "ingress": [{"from": [{}]}]},
+        {"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+        {"podSelector": {}, "egress": [{"to": [{"ipBlock": {}}]}]},  # cidr is required
+    ]
+    for number, spec in enumerate(broken):
+        with pytest.raises(ApiException) as err:
+            net.create_namespaced_network_policy("default", {
+                "metadata": {"name": f"bad-{number}"}, "spec": spec})
+        assert err.value.status == 422, spec
+
+
+def test_a_namespace_is_patched_with_a_merge_patch_and_its_pod_security_labels_checked(kube):
+    fake, api = kube
+    core = client.CoreV1Api(api)
+    fake.add_namespace("team", labels={"keep": "me"})
+    core.patch_namespace("team", {"metadata": {"labels": RESTRICTED}},
+                         _content_type="application/merge-patch+json")
+    labels = fake.get("Namespace", "team")["metadata"]["labels"]
+    assert labels["keep"] == "me" and labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    for bad in ({"pod-security.kubernetes.io/enforce": "strict"},
+                {"pod-security.kubernetes.io/warn-version": "1.31"}):
+        with pytest.raises(ApiException) as err:
+            core.patch_namespace("team", {"metadata": {"labels": bad}},
+                                 _content_type="application/merge-patch+json")
+        assert err.value.status == 422
+
+
+@pytest.mark.parametrize(
+    ("changes", "rule"),
+    [
+        ({"securityContext.runAsNonRoot": False}, "runAsNonRoot"),
+        ({"securityContext.runAsUser": 0}, "runAsUser=0"),
+        ({"container.securityContext": {"capabilities": {"drop": ["ALL"]}}},
+         "allowPrivilegeEscalation"),
+        ({"container.securityContext": {"allowPrivilegeEscalation": False, "privileged": True,
+                                        "capabilities": {"drop": ["ALL"]}}}, "privileged"),
+        ({"container.securityContext": {"allowPrivilegeEscalation": False,
+                                        "capabilities": {"add": ["SYS_ADMIN"]}}},
+         "capabilities"),
+        ({"securityContext.seccompProfile": {"type": "Unconfined"}}, "seccompProfile"),
+        ({"hostNetwork": True}, "host namespaces"),
+        ({"hostPID": True}, "host namespaces"),
+        ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, "hostPath"),
+        ({"container.ports": [{"containerPort": 80, "hostPort": 80}]}, "hostPort"),
+    ],
+)
+def test_the_restricted_level_refuses_pods_that_break_it(kube, changes, rule):
+    fake, api = kube
+    fake.add_namespace("locked", labels=RESTRICTED)
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("locked", restricted_pod("fine"))
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("locked", restricted_pod("bad", **changes))
+    assert err.value.status == 403
+    message = json.loads(err.value.body)["message"]
+    assert 'violates PodSecurity "restricted:latest"' in message and rule in message
+    core.create_namespaced_pod("default", restricted_pod("bad", **changes))  # not enforced there
+
+
+def test_a_controllers_pod_the_level_refuses_is_an_event_and_no_pod(kube):
+    fake, api = kube
+    fake.add_namespace("locked", labels=RESTRICTED)
+    fake.add_node("gpu-a")
+    client.BatchV1Api(api).create_namespaced_job("locked", indexed_job("job-r", completions=1))
+    assert fake.pods(namespace="locked") == []
+    [event] = [e for e in fake.objects("Event", "locked") if e["reason"] == "FailedCreate"]
+    assert event["message"].startswith('Error creating: pods "job-r-0-" is forbidden: '
+                                       'violates PodSecurity "restricted:latest"')
+
+
+def test_can_connect_follows_the_network_policies(kube):
+    fake, api = kube
+    for name in ("a", "b"):
+        fake.add_namespace(name)
+    a1 = fake.add_pod("a", "a1", {"app": "x"}, ports=(80,))
+    a2 = fake.add_pod("a", "a2", {"app": "y"}, ports=(80,))
+    b1 = fake.add_pod("b", "b1", {"app": "x"})
+    assert fake.can_connect(b1, a1, 80) and fake.can_connect(a1, "8.8.8.8", 53)  # no policy
+    net = client.NetworkingV1Api(api)
+
+    def policy(name, spec):
+        net.create_namespaced_network_policy("a", {"metadata": {"name": name}, "spec": spec})
+
+    policy("deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})
+    assert not fake.can_connect(b1, a1, 80) and not fake.can_connect(a1, a2, 80)
+    assert not fake.can_connect(a1, "8.8.8.8", 53) and fake.can_connect(b1, "8.8.8.8", 53)
+    policy("peers", {"podSelector": {"matchLabels": {"app": "x"}},
+                     "policyTypes": ["Ingress", "Egress"],
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "y"}}}],
+                                  "ports": [{"port": 80}]}],
+                     "egress": [{"to": [{"ipBlock": {"cidr": "8.8.0.0/16",
+                                                     "except": ["8.8.4.0/24"]}}]}]})
+    policy("out", {"podSelector": {"matchLabels": {"app": "y"}}, "policyTypes": ["Egress"],
+                   "egress": [{"to": [{"podSelector": {}}]}]})
+    assert fake.can_connect(a2, a1, 80) and not fake.can_connect(a2, a1, 81)
+    assert not fake.can_connect(b1, a1, 80)  # a podSelector alone: the policy's namespace
+    assert fake.can_connect(a1, "8.8.8.8", 53) and not fake.can_connect(a1, "8.8.4.4", 53)
+    policy("from-b", {"podSelector": {"matchLabels": {"app": "x"}}, "policyTypes": ["Ingress"],
+                      "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
+                          "kubernetes.io/metadata.name": "b"}}}]}]})
+    assert fake.can_connect(b1, a1, 9999) and not fake.can_connect("1.2.3.4", a1, 80)

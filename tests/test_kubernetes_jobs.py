@@ -1,27 +1,47 @@
 """Jobs on a Kubernetes cluster, end to end: the platform's cycle and reconcile drive the
 kubernetes driver, which talks to a fake API server over HTTP through the official client."""
 
+import base64
+import json
 import logging
+import re
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
+from django.conf import settings as django_settings
+from kubernetes import client
 
 from aistation.choices import JobState
 from aistation.models import Attempt
 from aistation.services import scheduling
 from aistation.services.attempts import attempt_workload
 from aistation.services.jobs import job_cancel, job_submit
+from aistation.services.manifests import job_manifests
+from aistation.services.notebooks import notebook_start
 from aistation.services.queues import queue_create
 from aistation.services.reconcile import reconcile_cluster
+from aistation.services.workloads import job_checkpoint_dir, tenant_uid
 from aistation.tasks import cancel_job
 from infra_os.models import AuditEvent
 from podsys.choices import NodeHealth
-from podsys.drivers.base import Phase, Resources, Workload
+from podsys.drivers.base import (
+    ROLE_LABEL,
+    ROLE_MODEL_CLIENT,
+    ROLE_MODEL_SERVER,
+    DataMount,
+    DriverError,
+    Phase,
+    Resources,
+    Workload,
+)
 from podsys.drivers.kube_schema import check_object
 from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_check_connection, cluster_create, cluster_sync_nodes
 from tests.fakekube import fake_kube  # noqa: F401  (a fixture)
+from tests.fakekube.server import CORE_PATH, GROUPED_PATH
 
 TOKEN_HINT = "kube-secret-token"
 IMAGE = "registry.example.org/train:1"
@@ -36,8 +56,9 @@ def kube(world, settings, fake_kube):  # noqa: F811
         fake_kube.add_node(f"gpu-{i}", gpus=8)
     cluster = cluster_create(
         actor=world.operator, name="kube", driver="kubernetes",
-        options={"default_image": IMAGE, "data_dir": "/srv/ogai", "artifacts_claim": "ogai-data",
-                 "retry_delay_s": 0},
+        # The claim holds the platform's data directory, seen at the same path in the pods.
+        options={"default_image": IMAGE, "data_dir": str(settings.DATA_DIR),
+                 "artifacts_claim": "ogai-data", "retry_delay_s": 0},
         kubeconfig=fake_kube.kubeconfig(),
     )
     cluster_sync_nodes(cluster=cluster)
@@ -100,8 +121,10 @@ def test_a_four_replica_job_is_one_indexed_job_and_a_headless_service_and_succee
     assert env["MASTER_ADDR"]["value"].startswith(f"{k8s_job['metadata']['name']}-0.")
     assert "job-completion-index" in env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] in ("8", 8)
-    mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert {"/srv/ogai", "/dev/shm"} <= mounts  # noqa: S108  (a mount path, not a file)
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    checkpoints = str(job_checkpoint_dir(job))
+    assert {checkpoints, "/dev/shm"} <= set(mounts)  # noqa: S108  (a mount path, not a file)
+    assert mounts[checkpoints]["subPath"] and not mounts[checkpoints]["readOnly"]
     hosts = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
     assert sorted(hosts) == sorted(job.placement)
@@ -340,3 +363,285 @@ def test_with_volcano_a_gang_is_a_pod_group_of_all_its_replicas(kube, world):
     assert job["spec"]["template"]["spec"]["schedulerName"] == "volcano"
     driver.cancel(workload.id)
     assert kube.objects("PodGroup", "ogai-alpha") == []
+
+
+# The tenant boundary on the cluster: what a pod runs as, sees, holds and reaches -------------
+
+NAMESPACE_POLICIES = {"ogai-default-deny", "ogai-allow-dns", "ogai-allow-platform"}
+PLATFORM = {"app.kubernetes.io/name": "ogai"}
+
+
+def set_options(kube, **options):
+    kube.cluster.options = {**kube.cluster.options, **options}
+    kube.cluster.save(update_fields=["options"])
+    return driver_for(kube.cluster)
+
+
+def health_workload():
+    """Shaped as podsys.services.health makes one: the platform's own, no tenant uid."""
+    return Workload(id="hc-5", command=("nvidia-smi",), resources=Resources(gpus=8),
+                    replicas=2, placement=("gpu-2", "gpu-3"), image=IMAGE,
+                    labels={"ogai.health-check": "nccl", "ogai.tenant": "ogai-health"})
+
+
+def pod_named(kube, workload_id):
+    return next(p for p in kube.pods(f"ogai.io/workload={workload_id}"))
+
+
+def test_no_pod_runs_as_root_holds_a_token_or_sees_the_data_directory(kube, world, settings):
+    data = settings.DATA_DIR
+    dataset = DataMount(path=str(data / "datasets" / "7" / "v1"), read_only=True)
+    job = job_submit(actor=world.alpha_member, tenant=world.alpha, queue=kube.cluster.queues
+                     .get(), name="tokenize", command=["python", "-m", "ylink.runners.data"],
+                     gpus_per_replica=0, mounts=[dataset])
+    cycle(kube)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING, job.reason
+    driver = driver_for(kube.cluster)
+    driver.launch(service_workload(checkpoint_dir=str(data / "jobs" / "7-x" / "checkpoints"),
+                                   run_as=1_000_000_007))
+    driver.launch(health_workload())
+    for namespace in ("ogai-alpha", "ogai-ogai-health"):
+        labels = kube.get("Namespace", namespace)["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    # Every kind of workload got its pods past the restricted level (the fake enforces it).
+    pods = kube.objects("Pod")
+    kinds = {p["metadata"]["labels"]["ogai.io/workload"] for p in pods}
+    assert kinds == {job.attempts.get().workload_id, "svc-7-a1", "hc-5"}
+    for pod in pods:
+        spec = pod["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] > 0
+        claim = {v["name"] for v in spec["volumes"]
+                 if v.get("persistentVolumeClaim", {}).get("claimName") == "ogai-data"}
+        for mount in spec["containers"][0]["volumeMounts"]:
+            assert mount["mountPath"] not in (str(data), "/")
+            if mount["name"] in claim:  # never the claim's root: a folder of its own
+                assert mount["subPath"] and str(data / mount["subPath"]) == mount["mountPath"]
+        env = kube.container_env(pod["metadata"]["name"])
+        assert "OGAI_DATA_DIR" not in env
+    batch = pod_named(kube, job.attempts.get().workload_id)
+    mounts = {m["mountPath"]: m for m in batch["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts[dataset.path]["readOnly"] is True
+    assert mounts[str(job_checkpoint_dir(job))]["readOnly"] is False
+    assert batch["spec"]["securityContext"]["runAsUser"] == tenant_uid(world.alpha.pk)
+
+
+def test_a_folder_outside_the_data_directory_is_refused_before_anything_is_sent(kube):
+    driver = driver_for(kube.cluster)
+    sent = len(kube.requests)
+    for path in ("/etc", "/", f"{kube.cluster.options['data_dir']}/../etc"):
+        escaping = service_workload(data_mounts=(DataMount(path),))
+        with pytest.raises(DriverError, match=re.escape(repr(path))):
+            driver.launch(escaping)
+    assert [r for r in kube.requests[sent:] if r[0] != "GET"] == []
+    assert kube.objects("Deployment") == [] and kube.objects("Secret") == []
+
+
+def test_an_existing_namespace_is_brought_to_the_restricted_level_and_its_policies_back(kube):
+    kube.add_namespace("ogai-alpha", labels={"pod-security.kubernetes.io/enforce": "privileged",
+                                             "team": "vision"})
+    driver = driver_for(kube.cluster)
+    driver.launch(service_workload())
+    labels = kube.get("Namespace", "ogai-alpha")["metadata"]["labels"]
+    assert labels["team"] == "vision"  # the operator's own labels stay
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+    names = {p["metadata"]["name"] for p in kube.objects("NetworkPolicy", "ogai-alpha")}
+    assert names == NAMESPACE_POLICIES | {"svc-7-a1"}
+    # Someone loosens the namespace: the next launch puts it right.
+    net = client.NetworkingV1Api(driver.api)
+    net.delete_namespaced_network_policy("ogai-default-deny", "ogai-alpha")
+    loose = kube.get("NetworkPolicy", "ogai-allow-dns", "ogai-alpha")
+    loose["spec"] = {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}  # anywhere
+    net.replace_namespaced_network_policy("ogai-allow-dns", "ogai-alpha", loose)
+    client.CoreV1Api(driver.api).patch_namespace(
+        "ogai-alpha", {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}},
+        _content_type="application/merge-patch+json")
+    driver.launch(replace(service_workload(), id="svc-8-a1"))
+    policies = {p["metadata"]["name"]: p for p in kube.objects("NetworkPolicy", "ogai-alpha")}
+    assert set(policies) == NAMESPACE_POLICIES | {"svc-7-a1", "svc-8-a1"}
+    assert policies["ogai-default-deny"]["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policies["ogai-allow-dns"]["spec"]["egress"][0]["ports"][0]["port"] == 53
+    labels = kube.get("Namespace", "ogai-alpha")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    # Once right, a launch only reads them: it writes nothing but the workload's own objects.
+    sent = len(kube.request_details)
+    driver.launch(replace(service_workload(), id="svc-10-a1"))
+    writes = [(r["method"], r["path"]) for r in kube.request_details[sent:] if r["method"] != "GET"]
+    assert all(path.endswith(("/networkpolicies", "/services", "/deployments"))
+               and method == "POST" for method, path in writes), writes
+    assert len(writes) == 3
+    # With the platform nowhere configured, no policy lets pods reach it.
+    set_options(kube, platform_namespace="").launch(replace(service_workload(), id="svc-9-a1"))
+    names = {p["metadata"]["name"] for p in kube.objects("NetworkPolicy", "ogai-alpha")}
+    assert "ogai-allow-platform" not in names
+
+
+def test_a_notebooks_tokens_are_in_its_secret_only_and_go_with_it(kube, world):
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha,
+                              queue=kube.cluster.queues.get(), name="explore", image="lab:1")
+    cycle(kube)
+    attempt = notebook.job.attempts.get()
+    secrets = attempt_workload(attempt).secret_env
+    tokens = [secrets["JUPYTER_TOKEN"], secrets["OGAI_TOKEN"]]
+    [secret] = kube.objects("Secret", "ogai-alpha")
+    assert set(secret["data"]) == {"JUPYTER_TOKEN", "OGAI_TOKEN"}
+    assert base64.b64decode(secret["data"]["OGAI_TOKEN"]).decode() == secrets["OGAI_TOKEN"]
+    kube.start_pods()
+    [pod] = kube.objects("Pod", "ogai-alpha")
+    assert pod["status"]["phase"] == "Running"  # the Secret was there before the pod
+    env = kube.container_env(pod["metadata"]["name"])
+    assert [env["JUPYTER_TOKEN"], env["OGAI_TOKEN"]] == tokens  # the process gets them
+    # What a person may read: every other object on the cluster, and the rendered manifests.
+    readable = [kube.objects(kind) for kind in ("Pod", "Deployment", "Service", "NetworkPolicy",
+                                                "Namespace", "Event")]
+    rendered = job_manifests(job=notebook.job)
+    for text in (json.dumps(readable), rendered):
+        assert all(token not in text for token in tokens)
+    assert "JUPYTER_TOKEN" in rendered and "OGAI_TOKEN" in rendered
+    job_cancel(actor=world.alpha_member, job=notebook.job)
+    cancel_job(job_id=notebook.job.pk)
+    assert kube.objects("Secret", "ogai-alpha") == []
+    assert {p["metadata"]["name"] for p in kube.objects("NetworkPolicy", "ogai-alpha")} == \
+        NAMESPACE_POLICIES
+
+
+def test_a_launch_that_fails_leaves_no_secret_behind(kube):
+    kube.fail_next("POST", r"/deployments$", status=403)
+    driver = driver_for(kube.cluster)
+    with pytest.raises(DriverError, match="403"):
+        driver.launch(service_workload(secret_env={"OGAI_TOKEN": "ogai_leaked"}))
+    assert kube.objects("Secret", "ogai-alpha") == []
+    assert kube.objects("Service", "ogai-alpha") == []
+    assert "svc-7-a1" not in {p["metadata"]["name"] for p in kube.objects("NetworkPolicy")}
+
+
+@pytest.fixture
+def network(kube):
+    """The platform's pod (API and gateway on 8000) in ogai-system, CoreDNS and another system
+    pod in kube-system; the cluster's options name the platform's pods."""
+    kube.add_namespace("ogai-system")
+    kube.platform = kube.add_pod("ogai-system", "ogai-web", PLATFORM, ports=(8000,))
+    kube.grafana = kube.add_pod("ogai-system", "grafana", {"app": "grafana"}, ports=(3000,))
+    kube.dns = kube.add_pod("kube-system", "coredns", {"k8s-app": "kube-dns"}, ports=(53,))
+    kube.metrics = kube.add_pod("kube-system", "metrics-server", {"k8s-app": "metrics"},
+                                ports=(443,))
+    kube.driver = set_options(kube, platform_pod_labels=PLATFORM, platform_ports=[8000])
+    return kube
+
+
+def test_pods_reach_only_their_gang_dns_and_the_platform(network, world):
+    kube = network
+    job = kube.submit(gpus=8, replicas=2)
+    cycle(kube)
+    other = replace(service_workload(), id="job-90-a1", service=False, ports=(), replicas=1,
+                    resources=Resources(gpus=0), placement=("gpu-2",),
+                    labels={"ogai.job": "90", "ogai.attempt": "1", "ogai.tenant": "beta"})
+    kube.driver.launch(other)
+    kube.driver.launch(replace(service_workload(), replicas=1, resources=Resources(gpus=0)))
+    kube.start_pods()
+    rank0, rank1 = sorted(kube.pods(selector(job)), key=lambda p: p["metadata"]["name"])
+    beta = pod_named(kube, "job-90-a1")
+    model = pod_named(kube, "svc-7-a1")
+    allowed = [
+        (rank0, rank1, 29500), (rank1, rank0, 40000),  # rendezvous and NCCL, any port
+        (rank0, kube.dns, 53), (beta, kube.dns, 53),
+        (rank0, kube.platform, 8000), (model, kube.platform, 8000),  # report back, the API
+        (kube.platform, model, 8000),  # the gateway calls the replica
+    ]
+    refused = [
+        (rank0, beta, 29500), (beta, rank0, 29500),  # across tenants, either way
+        (beta, model, 8000), (rank0, model, 8000),  # a replica takes the gateway only
+        (kube.platform, model, 22), (kube.platform, rank0, 29500),
+        (rank0, kube.platform, 5432), (rank0, kube.grafana, 3000),  # only the platform's API
+        (rank0, kube.metrics, 443), (rank0, kube.dns, 80),
+        (rank0, "8.8.8.8", 443), (rank0, "169.254.169.254", 80),  # the internet, the metadata
+        ("198.51.100.9", model, 8000), ("198.51.100.9", rank0, 29500),  # from outside
+    ]
+    for source, target, port in allowed:
+        assert kube.can_connect(source, target, port, "UDP" if port == 53 else "TCP"), port
+    for source, target, port in refused:
+        assert not kube.can_connect(source, target, port), (source, target, port)
+
+
+def test_a_model_servers_own_tenants_evaluation_reaches_it_and_nothing_else_does(network):
+    """An endpoint evaluation calls the replica itself (with the deployment's key): the replica
+    takes the model clients of its own namespace, a notebook takes none, another tenant's
+    model client is refused."""
+    kube = network
+    alpha = {"ogai.job": "7", "ogai.attempt": "1", "ogai.tenant": "alpha"}
+    one = {"replicas": 1, "resources": Resources(gpus=0)}
+    kube.driver.launch(replace(service_workload(), **one,
+                               labels={**alpha, ROLE_LABEL: ROLE_MODEL_SERVER}))
+    kube.driver.launch(replace(service_workload(), id="nb-8-a1", **one,
+                               labels={**alpha, "ogai.job": "8"}))
+    for job, tenant in ((20, "alpha"), (21, "beta")):
+        kube.driver.launch(replace(
+            service_workload(), id=f"job-{job}-a1", service=False, ports=(), **one,
+            placement=("gpu-2",), labels={"ogai.job": str(job), "ogai.attempt": "1",
+                                          "ogai.tenant": tenant, ROLE_LABEL: ROLE_MODEL_CLIENT}))
+    kube.start_pods()
+    model, notebook = pod_named(kube, "svc-7-a1"), pod_named(kube, "nb-8-a1")
+    evaluation, beta = pod_named(kube, "job-20-a1"), pod_named(kube, "job-21-a1")
+    assert kube.can_connect(evaluation, model, 8000)
+    assert not kube.can_connect(evaluation, model, 22)
+    assert not kube.can_connect(evaluation, notebook, 8000)
+    assert not kube.can_connect(beta, model, 8000)
+
+
+def test_a_platform_outside_the_cluster_is_reached_by_its_addresses_only(kube):
+    driver = set_options(kube, platform_namespace="", platform_cidrs=["203.0.113.7/32"])
+    driver.launch(replace(service_workload(), replicas=1, resources=Resources(gpus=0)))
+    driver.launch(replace(service_workload(), id="job-91-a1", service=False, ports=(),
+                          replicas=1, resources=Resources(gpus=0), placement=("gpu-1",)))
+    kube.start_pods()
+    model, batch = pod_named(kube, "svc-7-a1"), pod_named(kube, "job-91-a1")
+    assert kube.can_connect("203.0.113.7", model, 8000)
+    assert not kube.can_connect("203.0.113.8", model, 8000)
+    assert kube.can_connect(batch, "203.0.113.7", 443)
+    assert not kube.can_connect(batch, "203.0.113.8", 443)
+    assert not kube.can_connect("203.0.113.7", batch, 29500)  # a batch pod takes no one in
+
+
+def _granted(rules: list[dict], group: str, resource: str, verb: str) -> bool:
+    return any(group in rule.get("apiGroups", []) and resource in rule.get("resources", [])
+               and verb in rule["verbs"] for rule in rules)
+
+
+def test_the_service_accounts_rights_cover_every_call_the_driver_makes(kube, world):
+    """platform/kubernetes-rbac.yaml, against what the driver really sends in a workload's whole
+    life: a namespace found without its labels, launches with secrets, status, logs, cancel."""
+    rbac = Path(django_settings.BASE_DIR) / "platform" / "kubernetes-rbac.yaml"
+    documents = yaml.safe_load_all(rbac.read_text())
+    rules = [rule for doc in documents if doc["kind"] == "ClusterRole" for rule in doc["rules"]]
+    kube.add_namespace("ogai-alpha")  # made by someone else: patched
+    driver = driver_for(kube.cluster)
+    cluster_check_connection(actor=world.operator, cluster=kube.cluster)
+    driver.launch(service_workload(secret_env={"OGAI_TOKEN": "t"}))
+    driver.launch(health_workload())
+    kube.start_pods()
+    driver.status(["svc-7-a1", "hc-5"])
+    driver.logs("svc-7-a1")
+    set_options(kube, platform_namespace="").launch(replace(service_workload(), id="svc-8-a1"))
+    driver.cancel("svc-7-a1")
+    driver.cancel("hc-5")
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+    calls = set()
+    for request in kube.request_details:
+        match = CORE_PATH.match(request["path"]) or GROUPED_PATH.match(request["path"])
+        if match is None:  # discovery
+            assert any(request["path"] == url or (url.endswith("*") and request["path"]
+                                                       .startswith(url[:-1]))
+                       for rule in rules for url in rule.get("nonResourceURLs", [])), request
+            continue
+        parts = match.groupdict()
+        resource = parts["plural"] + (f"/{parts['sub']}" if parts["sub"] else "")
+        verb = verbs.get(request["method"]) or ("get" if parts["name"] else "list")
+        calls.add((parts.get("group") or "", resource, verb))
+    assert {("", "secrets", "create"), ("", "secrets", "delete"), ("", "namespaces", "patch"),
+            ("networking.k8s.io", "networkpolicies", "create")} <= calls
+    assert ("", "secrets", "get") not in calls and ("", "secrets", "list") not in calls
+    for group, resource, verb in sorted(calls):
+        assert _granted(rules, group, resource, verb), (group, resource, verb)

@@ -19,9 +19,10 @@ def job_next_attempt(job: Job) -> Attempt:
 
 
 def job_manifests(*, job: Job) -> str:
-    """The job's objects (Service, optional PodGroup, Job) as multi-document YAML, rendered
-    with the cluster's public options only (never its stored credentials) and sending nothing
-    to any cluster. Whatever cannot be rendered is a ValidationError naming it."""
+    """The job's objects (NetworkPolicy, Secret when it has secrets, Service, optional PodGroup,
+    Job) as multi-document YAML, rendered with the cluster's public options only (never its
+    stored credentials) and sending nothing to any cluster. Whatever cannot be rendered is a
+    ValidationError naming it."""
     attempt = job_next_attempt(job)
     try:
         opts = KubeOptions.from_options(job.cluster.options)

@@ -17,9 +17,10 @@ def test_a_queued_job_renders_as_a_service_and_an_indexed_job(api, world, farm):
     response = api.as_user(world.alpha_member).get(url(job))
     assert response.status_code == 200, response.content
     objects = list(yaml.safe_load_all(response.json()["yaml"]))
-    assert [(o["apiVersion"], o["kind"]) for o in objects] == [("v1", "Service"),
-                                                               ("batch/v1", "Job")]
-    service, batch = objects
+    # Its NetworkPolicy first: its pods reach each other, and nothing else gets in.
+    assert [(o["apiVersion"], o["kind"]) for o in objects] == [
+        ("networking.k8s.io/v1", "NetworkPolicy"), ("v1", "Service"), ("batch/v1", "Job")]
+    _, service, batch = objects
     assert service["metadata"]["name"] == batch["metadata"]["name"] == f"job-{job.pk}-a1"
     assert batch["spec"]["completions"] == 2
     container = batch["spec"]["template"]["spec"]["containers"][0]

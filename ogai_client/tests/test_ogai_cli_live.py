@@ -477,8 +477,8 @@ def test_render_prints_the_kubernetes_objects_as_yaml(world, as_member, cluster,
     code, out, err = ogai(capsys, "job", "render", job.pk)
     assert code == 0, err
     objects = list(yaml.safe_load_all(out))
-    assert [o["kind"] for o in objects] == ["Service", "Job"]
-    container = objects[1]["spec"]["template"]["spec"]["containers"][0]
+    assert [o["kind"] for o in objects] == ["NetworkPolicy", "Service", "Job"]
+    container = objects[2]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry.example.org/train:1"
     assert container["command"] == job.command
     with OgaiClient(os.environ["OGAI_URL"], os.environ["OGAI_TOKEN"]) as client:

@@ -9,20 +9,34 @@ sometimes only as an event on a pod that never starts.
 
 A batch workload is a headless Service (stable DNS names for rendezvous), optionally a Volcano
 PodGroup, and an Indexed Job (one pod per rank, rank = completion index). A service workload is
-a ClusterIP Service and a Deployment.
+a ClusterIP Service and a Deployment. Either comes with its NetworkPolicy and, when it has
+secrets, a Secret they reach the container from. Pods run as non-root in a namespace of the
+`restricted` Pod Security level (see `kube_security`), and see of the artifacts claim only their
+own folders (`subPath` mounts), never its root.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from podsys.drivers.base import Resources, Volume, Workload
+from podsys.drivers.base import DataMount, Resources, Volume, Workload
 from podsys.drivers.common import check_workload_id
+from podsys.drivers.kube_security import (
+    PSA_LABELS,
+    check_cidr,
+    check_id,
+    check_port,
+    container_security_context,
+    namespace_policies,
+    pod_security_context,
+    workload_policy,
+)
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "ogai"
@@ -63,6 +77,10 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _MAX_DNS_LABEL = 63
 _MAX_LABEL_PREFIX = 253
+_OPTION_TYPES: dict[str, type] = {
+    "str": str, "int": int, "bool": bool, "dict[str, str]": dict, "list[str]": list,
+    "list[int]": list,
+}
 
 
 @dataclass(frozen=True)
@@ -71,7 +89,9 @@ class KubeOptions:
 
     namespace_prefix: str = "ogai-"
     default_image: str = ""  # used when the workload has no image
-    data_dir: str = ""  # OGAI_DATA_DIR: where the artifacts claim is mounted
+    # The platform's OGAI_DATA_DIR, which the artifacts claim holds: a pod sees its own
+    # folders of it (subPath mounts), at the same paths as the platform does.
+    data_dir: str = ""
     artifacts_claim: str = ""  # a ReadWriteMany PVC name; "" = no artifacts volume
     master_port: int = 29500
     shm_size: str = ""  # "" = half the replica's memory, at least 1Gi
@@ -83,12 +103,30 @@ class KubeOptions:
     # the pods' logs (not Kubernetes' own TTL, which would take the logs with it); 0 keeps them.
     ttl_after_finished_s: int = 3600
     logs_dir: str = ""  # where the driver keeps finished pods' logs (set by the platform)
+    # The uid (and gid) of pods whose workload names none (the platform's own health checks);
+    # a tenant's work runs as the tenant's own uid.
+    run_as_user: int = 1000
+    # The group the artifacts claim's folders belong to (group-writable): every pod gets it as
+    # a supplemental group so it can write its own folders; 0 = none.
+    artifacts_gid: int = 0
+    # Where the platform (API, gateway, notebook proxy) runs, for the NetworkPolicies: its pods
+    # in the cluster (a namespace, and labels that select them there; none = every pod of it)
+    # and/or, when it runs outside, its addresses as pods see them (CIDRs).
+    platform_namespace: str = "ogai-system"
+    platform_pod_labels: dict[str, str] = field(default_factory=dict)
+    platform_cidrs: list[str] = field(default_factory=list)
+    platform_ports: list[int] = field(default_factory=list)  # none = any port of those
+    # The cluster's DNS, which every pod may ask (UDP and TCP 53).
+    dns_namespace: str = "kube-system"
+    dns_pod_labels: dict[str, str] = field(default_factory=lambda: {"k8s-app": "kube-dns"})
+    # Destinations every tenant pod may reach besides (a package mirror, an HTTP proxy).
+    egress_cidrs: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # Types first: options come from configuration, where "29500" or "yes" slip in easily.
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            expected = {"str": str, "int": int, "bool": bool}[str(f.type)]
+            expected = _OPTION_TYPES[str(f.type)]
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 raise ValueError(
                     f"cluster option {f.name!r} must be a {expected.__name__}, "
@@ -123,6 +161,29 @@ class KubeOptions:
             _check_dns_subdomain(self.image_pull_secret, "cluster option 'image_pull_secret'")
         if self.kueue_queue:
             _check_label_value(self.kueue_queue, "cluster option 'kueue_queue'")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        check_id(self.run_as_user, "cluster option 'run_as_user'")
+        if self.artifacts_gid:
+            check_id(self.artifacts_gid, "cluster option 'artifacts_gid'")
+        for name in ("platform_namespace", "dns_namespace"):
+            value = getattr(self, name)
+            if (value or name == "dns_namespace") and (
+                    len(value) > _MAX_DNS_LABEL or not _DNS_LABEL.match(value)):
+                raise ValueError(f"cluster option {name!r} {value!r} is not a namespace name")
+        for name in ("platform_pod_labels", "dns_pod_labels"):
+            for key, value in getattr(self, name).items():
+                what = f"cluster option {name!r}"
+                if not isinstance(key, str) or not isinstance(value, str):
+                    raise ValueError(f"{what} must map label keys to string values")
+                _check_label_key(key, what)
+                _check_label_value(value, f"{what} {key!r} value")
+        for name in ("platform_cidrs", "egress_cidrs"):
+            for cidr in getattr(self, name):
+                check_cidr(cidr, f"cluster option {name!r}:")
+        for port in self.platform_ports:
+            check_port(port, "cluster option 'platform_ports':")
 
     @classmethod
     def from_options(cls, options: dict | None) -> KubeOptions:
@@ -149,12 +210,12 @@ def _check_label_value(value: str, what: str) -> None:
         )
 
 
-def _check_label_key(key: str) -> None:
+def _check_label_key(key: str, what: str = "") -> None:
     prefix = key.rpartition("/")[0]
     if not _LABEL_KEY.match(key) or len(prefix) > _MAX_LABEL_PREFIX:
         raise ValueError(
-            f"label {key!r} is not a valid Kubernetes label key (an optional DNS prefix and '/', "
-            "then at most 63 letters, digits, '-', '_' or '.')"
+            f"{what + ': ' if what else ''}label {key!r} is not a valid Kubernetes label key "
+            "(an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
         )
 
 
@@ -176,16 +237,26 @@ def namespace_for(tenant: str, opts: KubeOptions) -> str:
     return name
 
 
-def namespace_object(tenant: str, opts: KubeOptions) -> dict:
+def namespace_labels(tenant: str) -> dict[str, str]:
+    """Ours, and the Pod Security level: a namespace that lacks one of them gets it patched."""
     _check_label_value(tenant, "tenant")
+    return {MANAGED_BY: MANAGED_BY_VALUE, TENANT_LABEL: tenant, **PSA_LABELS}
+
+
+def namespace_object(tenant: str, opts: KubeOptions) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {
-            "name": namespace_for(tenant, opts),
-            "labels": {MANAGED_BY: MANAGED_BY_VALUE, TENANT_LABEL: tenant},
-        },
+        "metadata": {"name": namespace_for(tenant, opts), "labels": namespace_labels(tenant)},
     }
+
+
+def tenant_policies(tenant: str, opts: KubeOptions) -> list[dict]:
+    """The NetworkPolicies of the tenant's namespace as a whole (default deny, DNS, the
+    platform), made when the namespace is ensured."""
+    _check_label_value(tenant, "tenant")
+    labels = {MANAGED_BY: MANAGED_BY_VALUE, TENANT_LABEL: tenant}
+    return namespace_policies(namespace_for(tenant, opts), labels, opts)
 
 
 def workload_labels(workload: Workload) -> dict[str, str]:
@@ -269,7 +340,7 @@ def master_addr(workload: Workload, namespace: str) -> str:
 
 
 def _env(workload: Workload, namespace: str, opts: KubeOptions) -> list[dict]:
-    for name in workload.env:
+    for name in [*workload.env, *workload.secret_env]:
         if not _ENV_NAME.match(name):
             raise ValueError(
                 f"environment variable name {name!r} is not valid (letters, digits and '_', "
@@ -285,8 +356,6 @@ def _env(workload: Workload, namespace: str, opts: KubeOptions) -> list[dict]:
     }
     if not workload.service:
         platform["RANK"] = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_LABEL}']"}}
-    if opts.data_dir:
-        platform["OGAI_DATA_DIR"] = opts.data_dir
     if workload.checkpoint_dir and "OGAI_CHECKPOINT_DIR" not in workload.env:
         platform["OGAI_CHECKPOINT_DIR"] = workload.checkpoint_dir
     env: list[dict] = []
@@ -295,6 +364,12 @@ def _env(workload: Workload, namespace: str, opts: KubeOptions) -> list[dict]:
     env += [
         {"name": name, "value": str(value)}
         for name, value in workload.env.items()
+        if name not in platform and name not in workload.secret_env
+    ]
+    # Secrets by reference only: the pod spec, which anyone who may read pods sees, names them.
+    env += [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": workload.id, "key": name}}}
+        for name in workload.secret_env
         if name not in platform
     ]
     for name, value in platform.items():
@@ -305,15 +380,56 @@ def _env(workload: Workload, namespace: str, opts: KubeOptions) -> list[dict]:
     return env
 
 
+def _claim_path(path: str, opts: KubeOptions) -> str:
+    """The folder's path inside the artifacts claim (its `subPath`): only a folder strictly
+    inside `data_dir`, named plainly (no `..`, `.` or `//`, which could climb out or name the
+    root). Its form is checked always, its place wherever the cluster names its data_dir."""
+    if not path.startswith("/") or os.path.normpath(path) != path:
+        raise ValueError(f"folder {path!r} must be an absolute path without '..', '.' or '//'")
+    if not opts.data_dir:
+        return ""
+    root = opts.data_dir.rstrip("/")
+    if not path.startswith(root + "/"):
+        raise ValueError(
+            f"folder {path!r} is not inside the cluster's data_dir {opts.data_dir!r}: only the "
+            "data directory's folders can be mounted"
+        )
+    inside = path[len(root) + 1:]
+    if not inside:
+        raise ValueError(f"folder {path!r} is the data directory itself: it is never mounted")
+    return inside
+
+
+def _folders(workload: Workload) -> list[DataMount]:
+    """The data directory's folders the workload sees: its own (read-write) and those its spec
+    names, each once, parents before what they hold (mounts are made in order)."""
+    folders = [DataMount(path, read_only=False)
+               for path in (workload.checkpoint_dir, workload.run_dir) if path]
+    folders += workload.data_mounts
+    unique = list(dict.fromkeys(folders))
+    return sorted(unique, key=lambda mount: mount.path)
+
+
+def _artifact_mounts(workload: Workload, opts: KubeOptions) -> list[dict]:
+    """Each folder as a subPath mount of the claim, at its own path. Without a claim the pod
+    sees none of the data directory (its checkpoints stay in the container)."""
+    mounts = [
+        {"name": ARTIFACTS_VOLUME, "mountPath": folder.path,
+         "subPath": _claim_path(folder.path, opts), "readOnly": folder.read_only}
+        for folder in _folders(workload)
+    ]
+    return mounts if opts.artifacts_claim else []
+
+
 def _volumes(workload: Workload, opts: KubeOptions) -> tuple[list[dict], list[dict]]:
-    """The pod's volumes and the container's mounts, in the same order."""
+    """The pod's volumes and the container's mounts. The artifacts claim is mounted only as
+    the workload's own folders: another tenant's data lies in the same claim."""
     volumes: list[dict] = []
-    mounts: list[dict] = []
-    if opts.artifacts_claim:
+    mounts = _artifact_mounts(workload, opts)
+    if mounts:
         volumes.append(
             {"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": opts.artifacts_claim}}
         )
-        mounts.append({"name": ARTIFACTS_VOLUME, "mountPath": opts.data_dir})
     volumes.append(
         {
             "name": SHM_VOLUME,
@@ -322,6 +438,11 @@ def _volumes(workload: Workload, opts: KubeOptions) -> tuple[list[dict], list[di
     )
     mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
     for volume in workload.volumes:
+        if opts.artifacts_claim and volume.claim_name == opts.artifacts_claim:
+            raise ValueError(
+                f"volume {volume.name!r} mounts the artifacts claim whole; name the folders "
+                "the workload needs as its data mounts instead"
+            )
         volumes.append(_workload_volume(volume))
         mounts.append(
             {"name": volume.name, "mountPath": volume.mount_path, "readOnly": volume.read_only}
@@ -344,7 +465,12 @@ def _workload_volume(volume: Volume) -> dict:
     if bool(volume.host_path) == bool(volume.claim_name):
         raise ValueError(f"volume {volume.name!r} needs exactly one of host_path and claim_name")
     if volume.host_path:
-        return {"name": volume.name, "hostPath": {"path": volume.host_path}}
+        # The restricted Pod Security level refuses the pod (for a Job, only as an event on a
+        # pod that never comes): a node's folder would be shared by every tenant on that node.
+        raise ValueError(
+            f"volume {volume.name!r}: a host_path volume ({volume.host_path!r}) cannot be "
+            "mounted in a tenant's namespace (Pod Security 'restricted'); use a claim"
+        )
     return {
         "name": volume.name,
         "persistentVolumeClaim": {"claimName": volume.claim_name, "readOnly": volume.read_only},
@@ -406,12 +532,20 @@ def _container(workload: Workload, namespace: str, opts: KubeOptions) -> tuple[d
     container["env"] = _env(workload, namespace, opts)
     container["resources"] = _resources(workload.resources)
     container["volumeMounts"] = mounts
+    container["securityContext"] = container_security_context()
     if workload.service:
         container["ports"] = [
             {"name": _port_name(port), "containerPort": port, "protocol": "TCP"}
             for port in _service_ports(workload)
         ]
     return container, volumes
+
+
+def _run_as(workload: Workload, opts: KubeOptions) -> int:
+    if workload.run_as is None:
+        return opts.run_as_user
+    check_id(workload.run_as, f"workload {workload.id!r}: run_as")
+    return workload.run_as
 
 
 def pod_spec(workload: Workload, namespace: str, opts: KubeOptions) -> dict:
@@ -422,6 +556,9 @@ def pod_spec(workload: Workload, namespace: str, opts: KubeOptions) -> dict:
         # Service links put every Service of the namespace in the env: noise, and with many
         # Services enough to break some programs' argument limits.
         "enableServiceLinks": False,
+        # No credentials to the cluster's API inside a tenant's pod.
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security_context(_run_as(workload, opts), opts.artifacts_gid),
         "containers": [container],
         "volumes": volumes,
     }
@@ -543,6 +680,24 @@ def deployment_object(workload: Workload, namespace: str, labels: dict, opts: Ku
     }
 
 
+def secret_object(workload: Workload, namespace: str, labels: dict) -> dict:
+    """The workload's secret environment, which its container reads by reference. A workload
+    rendered for people carries placeholders here, never the values."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(workload.id, namespace, labels),
+        "type": "Opaque",
+        "stringData": {name: str(value) for name, value in workload.secret_env.items()},
+    }
+
+
+def network_policy(workload: Workload, namespace: str, labels: dict, opts: KubeOptions) -> dict:
+    ports = _service_ports(workload) if workload.service else []
+    return workload_policy(workload.id, namespace, labels, {WORKLOAD_LABEL: workload.id}, ports,
+                           opts)
+
+
 def _check_shape(workload: Workload) -> None:
     check_workload_id(workload.id)
     # The id names a Service, and Service names must start with a letter (RFC 1035).
@@ -563,18 +718,24 @@ def _check_shape(workload: Workload) -> None:
 
 def workload_objects(workload: Workload, opts: KubeOptions) -> list[dict]:
     """What to create for the workload, in creation order (the namespace excluded: it is the
-    tenant's, created once with `namespace_object`)."""
+    tenant's, created once with `namespace_object` and `tenant_policies`). The Secret and the
+    NetworkPolicy come first, so no pod ever starts without its environment or its peers."""
     _check_shape(workload)
     labels = workload_labels(workload)
     namespace = namespace_for(tenant_of(workload), opts)
+    objects = []
+    if workload.secret_env:
+        objects.append(secret_object(workload, namespace, labels))
+    objects.append(network_policy(workload, namespace, labels, opts))
     if workload.service:
         return [
+            *objects,
             cluster_ip_service(workload, namespace, labels),
             deployment_object(workload, namespace, labels, opts),
         ]
     # The Service first, so its DNS records exist when the first pod looks replica 0 up; the
     # PodGroup before the Job, so Volcano never sees the Job's pods without their gang.
-    objects = [headless_service(workload, namespace, labels, opts)]
+    objects.append(headless_service(workload, namespace, labels, opts))
     if opts.scheduler == VOLCANO:
         objects.append(pod_group(workload, namespace, labels))
     objects.append(job_object(workload, namespace, labels, opts))

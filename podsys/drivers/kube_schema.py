@@ -31,11 +31,13 @@ class SchemaError(ValueError):
 MODELS = {
     ("v1", "Namespace"): "V1Namespace",
     ("v1", "Service"): "V1Service",
+    ("v1", "Secret"): "V1Secret",
     ("v1", "Pod"): "V1Pod",
     ("v1", "Node"): "V1Node",
     ("v1", "Event"): "CoreV1Event",
     ("batch/v1", "Job"): "V1Job",
     ("apps/v1", "Deployment"): "V1Deployment",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "V1NetworkPolicy",
     ("v1", "DeleteOptions"): "V1DeleteOptions",
 }
 

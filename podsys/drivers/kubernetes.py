@@ -5,13 +5,16 @@ Options (the cluster's driver options; credentials are merged in by `podsys.runt
 `kubeconfig` (YAML text) or `in_cluster: true`, and the manifest settings of
 `kube_manifests.KubeOptions`. The objects' names are the workload id, and every object carries
 the workload label, so launching twice creates nothing new (409 is "already launched") and status
-is one list of pods for the whole cluster. Errors the API may recover from (5xx, a refused
+is one list of pods for the whole cluster. A tenant's namespace is made to hold before anything
+runs in it: its Pod Security labels and its namespace-wide NetworkPolicies are checked (and put
+right) on every launch. Errors the API may recover from (5xx, a refused
 connection) are retried a few times; what remains is a `DriverError` in the cluster's own words,
 never with the credentials in it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -42,9 +45,12 @@ from podsys.drivers.kube_manifests import (
     WORKLOAD_LABEL,
     KubeOptions,
     namespace_for,
+    namespace_labels,
     namespace_object,
+    tenant_policies,
     workload_objects,
 )
+from podsys.drivers.kube_security import NAMESPACE_POLICIES
 
 T = TypeVar("T")
 MANAGED = f"{MANAGED_BY}=ogai"
@@ -54,6 +60,7 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 STUCK = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
          "CreateContainerError", "CrashLoopBackOff"}
 RETRIES = 3
+FOREGROUND = client.V1DeleteOptions(propagation_policy="Foreground")
 
 
 def api_message(exc: ApiException) -> str:
@@ -172,21 +179,70 @@ class KubernetesDriver(ClusterDriver):
             raise DriverError(str(exc)) from None
 
     def _ensure_namespace(self, namespace: str, tenant: str) -> None:
+        """The tenant's namespace, with the Pod Security level and the namespace-wide
+        NetworkPolicies, whether OGAI made it or found it (an older OGAI's, or an operator's)."""
+        try:
+            wanted = namespace_labels(tenant)
+            policies = tenant_policies(tenant, self.kube)
+        except ValueError as exc:
+            raise DriverError(str(exc)) from None
         core = client.CoreV1Api(self.api)
         try:
-            self._call("read the namespace", core.read_namespace, namespace)
-            return
+            found = self._call("read the namespace", core.read_namespace, namespace)
         except ApiException as exc:
             if exc.status != 404:
                 raise DriverError(f"cluster {self.cluster}: read namespace {namespace}: "
                                   f"{api_message(exc)}") from None
+            found = None
+        if found is None:
+            try:
+                self._call("create the namespace", core.create_namespace,
+                           namespace_object(tenant, self.kube))
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise DriverError(f"cluster {self.cluster}: create namespace {namespace}: "
+                                      f"{api_message(exc)}") from None
+        elif any((found.metadata.labels or {}).get(k) != v for k, v in wanted.items()):
+            # A merge patch, whatever the client's default: the namespace's other labels stay.
+            self._checked(f"label namespace {namespace}", core.patch_namespace, namespace,
+                          {"metadata": {"labels": wanted}},
+                          _content_type="application/merge-patch+json")
+        self._ensure_policies(namespace, policies)
+
+    def _ensure_policies(self, namespace: str, policies: list[dict]) -> None:
+        """Create the namespace-wide policies that are missing, replace those that differ
+        (the cluster's options changed) and delete those no longer wanted."""
+        net = client.NetworkingV1Api(self.api)
+        listed = self._checked("list network policies", net.list_namespaced_network_policy,
+                               namespace, label_selector=f"{MANAGED},!{WORKLOAD_LABEL}")
+        found = {item.metadata.name: item for item in listed.items}
+        for policy in policies:
+            name = policy["metadata"]["name"]
+            current = found.get(name)
+            if current is None:
+                try:
+                    self._call(f"create network policy {name}",
+                               net.create_namespaced_network_policy, namespace, policy)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise DriverError(f"cluster {self.cluster}: create network policy "
+                                          f"{name}: {api_message(exc)}") from None
+            elif self.api.sanitize_for_serialization(current.spec) != policy["spec"]:
+                self._checked(f"replace network policy {name}",
+                              net.replace_namespaced_network_policy, name, namespace, policy)
+        wanted = {policy["metadata"]["name"] for policy in policies}
+        for name in sorted(set(found) & set(NAMESPACE_POLICIES) - wanted):
+            self._delete(f"delete network policy {name}", net.delete_namespaced_network_policy,
+                         name, namespace)
+
+    def _delete(self, what: str, delete: Callable[..., Any], name: str, namespace: str,
+                **kwargs: Any) -> None:
+        """Delete one object; one already gone is fine."""
         try:
-            self._call("create the namespace", core.create_namespace,
-                       namespace_object(tenant, self.kube))
+            self._call(what, delete, name, namespace, **kwargs)
         except ApiException as exc:
-            if exc.status != 409:
-                raise DriverError(f"cluster {self.cluster}: create namespace {namespace}: "
-                                  f"{api_message(exc)}") from None
+            if exc.status != 404:
+                raise DriverError(f"cluster {self.cluster}: {what}: {api_message(exc)}") from None
 
     def launch(self, workload: Workload) -> str:
         namespace = self._namespace(workload)
@@ -195,18 +251,29 @@ class KubernetesDriver(ClusterDriver):
         except ValueError as exc:
             raise DriverError(str(exc)) from None
         self._ensure_namespace(namespace, workload.labels.get("ogai.tenant", ""))
+        created: list[str] = []
         for obj in objects:
             kind = obj["kind"]
             try:
                 self._call(f"create {kind} {workload.id}", self._creator(kind), namespace, obj)
+                created.append(kind)
             except ApiException as exc:
                 if exc.status == 409:  # launched before: the same name, so the same workload
                     continue
+                # All or nothing: a Secret left behind would keep the tokens on the cluster.
+                for made in reversed(created):
+                    with contextlib.suppress(DriverError):
+                        self._delete(f"delete {made} {workload.id}", self._deleter(made),
+                                     workload.id, namespace, body=FOREGROUND)
                 raise DriverError(f"cluster {self.cluster}: create {kind} {workload.id}: "
                                   f"{api_message(exc)}") from None
         return workload.id
 
     def _creator(self, kind: str) -> Callable[[str, dict], Any]:
+        if kind == "Secret":
+            return client.CoreV1Api(self.api).create_namespaced_secret
+        if kind == "NetworkPolicy":
+            return client.NetworkingV1Api(self.api).create_namespaced_network_policy
         if kind == "Service":
             return client.CoreV1Api(self.api).create_namespaced_service
         if kind == "Job":
@@ -218,6 +285,21 @@ class KubernetesDriver(ClusterDriver):
             return lambda namespace, body: custom.create_namespaced_custom_object(
                 *VOLCANO[:2], namespace, VOLCANO[2], body)
         raise DriverError(f"no way to create a {kind}")
+
+    def _deleter(self, kind: str) -> Callable[..., Any]:
+        """delete(name, namespace, body=...) for a kind of the workload's objects."""
+        core = client.CoreV1Api(self.api)
+        if kind == "PodGroup":
+            custom = client.CustomObjectsApi(self.api)
+            return lambda name, namespace, body: custom.delete_namespaced_custom_object(
+                *VOLCANO[:2], namespace, VOLCANO[2], name, body=body)
+        return {
+            "Job": client.BatchV1Api(self.api).delete_namespaced_job,
+            "Deployment": client.AppsV1Api(self.api).delete_namespaced_deployment,
+            "Service": core.delete_namespaced_service,
+            "NetworkPolicy": client.NetworkingV1Api(self.api).delete_namespaced_network_policy,
+            "Secret": core.delete_namespaced_secret,
+        }[kind]
 
     def _owned(self) -> tuple[dict[str, list[Any]], dict[str, Any], dict[str, bool]]:
         """The managed pods by workload, the managed Jobs and Deployments by workload, and
@@ -296,25 +378,14 @@ class KubernetesDriver(ClusterDriver):
                      else pods[0].metadata.namespace if pods else None)
         if namespace is None:
             return
-        foreground = client.V1DeleteOptions(propagation_policy="Foreground")
-        core = client.CoreV1Api(self.api)
-        deleters: list[tuple[str, Callable[..., Any]]] = [
-            ("Job", client.BatchV1Api(self.api).delete_namespaced_job),
-            ("Deployment", client.AppsV1Api(self.api).delete_namespaced_deployment),
-            ("Service", core.delete_namespaced_service),
-        ]
+        # The pods first (their owners, in the foreground), then what they used: their Secret
+        # and NetworkPolicy go with them.
+        kinds = ["Job", "Deployment", "Service", "NetworkPolicy", "Secret"]
         if self.kube.scheduler == "volcano":
-            custom = client.CustomObjectsApi(self.api)
-            deleters.append(("PodGroup", lambda name, namespace, body: (
-                custom.delete_namespaced_custom_object(
-                    *VOLCANO[:2], namespace, VOLCANO[2], name, body=body))))
-        for kind, delete in deleters:
-            try:
-                self._call(f"delete {kind} {handle}", delete, handle, namespace, body=foreground)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise DriverError(f"cluster {self.cluster}: delete {kind} {handle}: "
-                                      f"{api_message(exc)}") from None
+            kinds.append("PodGroup")
+        for kind in kinds:
+            self._delete(f"delete {kind} {handle}", self._deleter(kind), handle, namespace,
+                         body=FOREGROUND)
 
     def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str:
         by_workload, _, _ = self._owned()

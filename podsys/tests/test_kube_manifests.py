@@ -3,10 +3,12 @@ client's models, and the values a cluster driver relies on."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
-from podsys.drivers.base import DriverError, Resources, Volume, Workload
+from podsys.drivers.base import DataMount, DriverError, Resources, Volume, Workload
 from podsys.drivers.kube_manifests import (
     GPU,
     INDEX_LABEL,
@@ -19,9 +21,12 @@ from podsys.drivers.kube_manifests import (
     namespace_for,
     namespace_object,
     render_yaml,
+    tenant_policies,
     workload_objects,
 )
 from podsys.drivers.kube_schema import check_object
+from podsys.drivers.kube_security import PSA_LABELS
+from tests.fakekube import pod_security
 
 PLATFORM_LABELS = {"ogai.job": "42", "ogai.attempt": "1", "ogai.tenant": "acme"}
 
@@ -55,10 +60,11 @@ def env_of(pod_spec: dict) -> dict[str, dict]:
 
 
 def test_four_node_gang_job():
-    wl = workload(replicas=4, placement=("gpu-d", "gpu-b", "gpu-a", "gpu-c"))
+    wl = workload(replicas=4, placement=("gpu-d", "gpu-b", "gpu-a", "gpu-c"),
+                  checkpoint_dir="/data/jobs/42/checkpoints")
     objs = objects(wl, data_dir="/data", artifacts_claim="ogai-artifacts", master_port=29400)
-    assert [o["kind"] for o in objs] == ["Service", "Job"]
-    service, job = objs
+    assert [o["kind"] for o in objs] == ["NetworkPolicy", "Service", "Job"]
+    _, service, job = objs
     ns = "ogai-acme"
     expected_labels = {
         MANAGED_BY: "ogai",
@@ -102,7 +108,8 @@ def test_four_node_gang_job():
     assert env["WORLD_SIZE"]["value"] == "4"
     assert env["MASTER_ADDR"]["value"] == f"job-42-a1-0.job-42-a1.{ns}.svc"
     assert env["MASTER_PORT"]["value"] == "29400"
-    assert env["OGAI_DATA_DIR"]["value"] == "/data"
+    assert "OGAI_DATA_DIR" not in env  # a pod has no business with the whole data directory
+    assert env["OGAI_CHECKPOINT_DIR"]["value"] == "/data/jobs/42/checkpoints"
     assert env["HF_HOME"]["value"] == "/cache/hf"
 
     amounts = {"cpu": "32", "memory": "262144Mi", GPU: "8"}
@@ -129,7 +136,10 @@ def test_four_node_gang_job():
 
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    artifacts = volumes[mounts["/data"]["name"]]
+    assert "/data" not in mounts
+    checkpoints = mounts["/data/jobs/42/checkpoints"]
+    assert checkpoints["subPath"] == "jobs/42/checkpoints" and checkpoints["readOnly"] is False
+    artifacts = volumes[checkpoints["name"]]
     assert artifacts["persistentVolumeClaim"] == {"claimName": "ogai-artifacts"}
     shm = volumes[mounts[SHM_PATH]["name"]]
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "131072Mi"}  # half the memory
@@ -187,13 +197,13 @@ def test_kubernetes_never_deletes_finished_jobs_itself():
 def test_volcano_adds_a_pod_group_and_the_scheduler():
     wl = workload(replicas=3, placement=("a", "b", "c"))
     objs = objects(wl, scheduler="volcano")
-    assert [o["kind"] for o in objs] == ["Service", "PodGroup", "Job"]
-    group = objs[1]
+    assert [o["kind"] for o in objs] == ["NetworkPolicy", "Service", "PodGroup", "Job"]
+    group = objs[2]
     assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
     assert group["metadata"]["name"] == "job-42-a1"
     assert group["spec"]["minMember"] == 3
     assert group["spec"]["minResources"] == {"cpu": "96", "memory": "786432Mi", GPU: "24"}
-    template = objs[2]["spec"]["template"]
+    template = objs[3]["spec"]["template"]
     assert template["spec"]["schedulerName"] == "volcano"
     assert template["metadata"]["annotations"] == {"scheduling.k8s.io/group-name": "job-42-a1"}
 
@@ -201,8 +211,8 @@ def test_volcano_adds_a_pod_group_and_the_scheduler():
 def test_service_workload_is_a_deployment_and_a_service():
     wl = workload(service=True, replicas=2, ports=(8000, 9090), resources=Resources(gpus=1))
     objs = objects(wl)
-    assert [o["kind"] for o in objs] == ["Service", "Deployment"]
-    service, deployment = objs
+    assert [o["kind"] for o in objs] == ["NetworkPolicy", "Service", "Deployment"]
+    _, service, deployment = objs
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["selector"] == {WORKLOAD_LABEL: "job-42-a1"}
     assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
@@ -224,14 +234,15 @@ def test_service_workload_is_a_deployment_and_a_service():
 def test_workload_volumes_and_pull_secret():
     wl = workload(
         volumes=(
-            Volume(name="datasets", mount_path="/datasets", host_path="/mnt/ds", read_only=True),
+            Volume(name="datasets", mount_path="/datasets", claim_name="ds-pvc", read_only=True),
             Volume(name="models", mount_path="/models", claim_name="models-pvc"),
         )
     )
     pod = by_kind(objects(wl, image_pull_secret="regcred"))["Job"]["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
-    assert volumes["datasets"]["hostPath"] == {"path": "/mnt/ds"}
+    assert volumes["datasets"]["persistentVolumeClaim"] == {"claimName": "ds-pvc",
+                                                            "readOnly": True}
     assert mounts["datasets"] == {"name": "datasets", "mountPath": "/datasets", "readOnly": True}
     assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "models-pvc"
     assert mounts["models"]["readOnly"] is False
@@ -270,7 +281,7 @@ def test_other_labels_pass_through():
         ({"replicas": 2, "placement": ("a",)}, {}, "placement"),
         ({"volumes": (Volume(name="v", mount_path="/v"),)}, {}, "exactly one"),
         (
-            {"volumes": (Volume(name="v", mount_path=SHM_PATH, host_path="/x"),)},
+            {"volumes": (Volume(name="v", mount_path=SHM_PATH, claim_name="x"),)},
             {},
             SHM_PATH,
         ),
@@ -294,7 +305,7 @@ def test_render_yaml_round_trips():
     text = render_yaml(objs)
     assert text.count("\n---\n") == len(objs) - 1
     assert list(yaml.safe_load_all(text)) == objs
-    assert text.startswith("apiVersion: v1\nkind: Service\n")  # field order kept
+    assert text.startswith("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n")  # in order
     assert "clusterIP: None" in text or "clusterIP: 'None'" in text
 
 
@@ -318,10 +329,8 @@ def test_namespaces():
     assert namespace_for("acme", KubeOptions(namespace_prefix="")) == "acme"
     ns = namespace_object("acme", opts)
     check_object(ns)
-    assert ns["metadata"] == {
-        "name": "ogai-acme",
-        "labels": {MANAGED_BY: "ogai", TENANT_LABEL: "acme"},
-    }
+    assert ns["metadata"]["name"] == "ogai-acme"
+    assert ns["metadata"]["labels"] == {MANAGED_BY: "ogai", TENANT_LABEL: "acme", **PSA_LABELS}
     for bad in ("Acme", "a_b", "x" * 60, ""):
         with pytest.raises(ValueError, match="namespace"):
             namespace_for(bad, KubeOptions(namespace_prefix="" if bad == "" else "ogai-"))
@@ -351,5 +360,231 @@ def test_options_from_driver_options():
     ],
 )
 def test_bad_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        KubeOptions.from_options(options)
+
+
+# The tenant boundary: what a pod may run as, see and reach ---------------------------------
+
+CLAIM = {"data_dir": "/srv/ogai", "artifacts_claim": "ogai-artifacts"}
+TOKEN = "ogai_0123456789abcdef-secret"  # a made-up token the test looks for
+
+
+def every_kind_of_workload(**fields) -> dict[str, Workload]:
+    """A batch job (with its own folders and a dataset), a service (a model replica) and a
+    health check (the platform's own, no tenant uid), as the platform makes them."""
+    own = {
+        "checkpoint_dir": "/srv/ogai/jobs/42-x/checkpoints",
+        "run_dir": "/srv/ogai/runs/42",
+        "data_mounts": (DataMount("/srv/ogai/datasets/7/v1", read_only=True),),
+        "run_as": 1_000_000_003,
+        "tenant": "acme",
+    }
+    return {
+        "batch": workload(replicas=2, placement=("a", "b"), **own, **fields),
+        "service": workload(id="job-43-a1", service=True, ports=(8000,), **own, **fields),
+        "health": workload(id="hc-9", resources=Resources(gpus=8), replicas=2,
+                           placement=("a", "b"),
+                           labels={"ogai.health-check": "nccl", "ogai.tenant": "ogai-health"},
+                           **fields),
+    }
+
+
+def pod_of(objs: list[dict]) -> dict:
+    owner = next(o for o in objs if o["kind"] in ("Job", "Deployment"))
+    return owner["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("kind", ["batch", "service", "health"])
+def test_pods_run_as_non_root_without_a_token_in_the_restricted_profile(kind):
+    wl = every_kind_of_workload()[kind]
+    pod = pod_of(objects(wl, **CLAIM, run_as_user=4242))
+    assert pod["automountServiceAccountToken"] is False
+    uid = 4242 if kind == "health" else 1_000_000_003  # the tenant's own uid where it has one
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]},
+    }
+    # The Pod Security Standards' own rules, as the API server applies them.
+    assert pod_security.violations(pod, "restricted") == []
+    check_object({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod})
+
+
+def test_the_artifacts_group_is_supplemental_never_an_fs_group():
+    pod = pod_of(objects(every_kind_of_workload()["batch"], **CLAIM, artifacts_gid=2000))
+    # fsGroup would make the kubelet chgrp the whole shared claim: every tenant's files.
+    assert "fsGroup" not in pod["securityContext"]
+    assert pod["securityContext"]["supplementalGroups"] == [2000]
+
+
+@pytest.mark.parametrize("run_as", [0, -1, True, 2**32])
+def test_a_workload_may_not_run_as_root_or_a_bad_uid(run_as):
+    with pytest.raises(ValueError, match="run_as"):
+        workload_objects(workload(run_as=run_as), KubeOptions())
+
+
+def test_no_pod_of_any_kind_mounts_the_claim_root():
+    workloads = every_kind_of_workload()
+    for kind, wl in workloads.items():
+        pod = pod_of(objects(wl, **CLAIM))
+        claim = {v["name"] for v in pod["volumes"]
+                 if v.get("persistentVolumeClaim", {}).get("claimName") == "ogai-artifacts"}
+        mounts = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] in claim]
+        for mount in mounts:  # only subPath mounts of the claim, at the path they stand for
+            assert mount.get("subPath"), (kind, mount)
+            assert mount["mountPath"] == "/srv/ogai/" + mount["subPath"], (kind, mount)
+        paths = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert "/srv/ogai" not in paths and "/srv" not in paths and "/" not in paths
+        if kind == "health":
+            assert mounts == [] and claim == set()  # no folder of it: no claim at all
+    pod = pod_of(objects(workloads["batch"], **CLAIM))
+    seen = {m["mountPath"]: m["readOnly"] for m in pod["containers"][0]["volumeMounts"]
+            if m.get("subPath")}
+    assert seen == {"/srv/ogai/datasets/7/v1": True, "/srv/ogai/jobs/42-x/checkpoints": False,
+                    "/srv/ogai/runs/42": False}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc",
+        "/srv/ogai",  # the claim's root
+        "/srv/ogai/",
+        "/srv/ogai/../ogai/datasets",
+        "/srv/ogai/datasets/../../../etc",
+        "/srv/ogai/./datasets",
+        "/srv/ogai//datasets",
+        "/srv/ogai-other/datasets",  # a sibling sharing the prefix
+        "datasets/7",
+    ],
+)
+def test_a_folder_outside_the_data_directory_is_refused_by_name(path):
+    for fields in ({"data_mounts": (DataMount(path, read_only=True),)},
+                   {"checkpoint_dir": path}, {"run_dir": path}):
+        with pytest.raises(ValueError) as info:
+            workload_objects(workload(**fields), KubeOptions(**CLAIM))
+        assert repr(path) in str(info.value)
+
+
+def test_without_a_claim_no_folder_is_mounted_but_each_is_still_checked():
+    wl = every_kind_of_workload()["batch"]
+    pod = pod_of(objects(wl, data_dir="/srv/ogai"))
+    assert [m["mountPath"] for m in pod["containers"][0]["volumeMounts"]] == [SHM_PATH]
+    assert [v["name"] for v in pod["volumes"]] == ["ogai-shm"]
+    for options in ({"data_dir": "/srv/ogai"}, {}):
+        with pytest.raises(ValueError, match=re.escape("'/srv/ogai/../etc'")):
+            workload_objects(workload(data_mounts=(DataMount("/srv/ogai/../etc"),)),
+                             KubeOptions(**options))
+    with pytest.raises(ValueError, match="'/etc'"):
+        workload_objects(workload(data_mounts=(DataMount("/etc"),)),
+                         KubeOptions(data_dir="/srv/ogai"))
+
+
+def test_volumes_that_would_cross_the_boundary_are_refused():
+    host = workload(volumes=(Volume(name="ds", mount_path="/ds", host_path="/mnt/ds"),))
+    with pytest.raises(ValueError, match=r"'ds'.*host_path"):
+        workload_objects(host, KubeOptions())
+    whole = workload(volumes=(Volume(name="all", mount_path="/all", claim_name="ogai-artifacts"),))
+    with pytest.raises(ValueError, match=r"'all'.*whole"):
+        workload_objects(whole, KubeOptions(**CLAIM))
+
+
+def test_secrets_are_in_the_secret_and_the_pod_names_them_only():
+    wl = workload(service=True, ports=(8888,), secret_env={"JUPYTER_TOKEN": TOKEN, "OGAI_TOKEN":
+                                                            TOKEN + "2"})
+    objs = objects(wl)
+    assert [o["kind"] for o in objs] == ["Secret", "NetworkPolicy", "Service", "Deployment"]
+    secret = objs[0]
+    assert secret["metadata"]["name"] == wl.id and secret["metadata"]["namespace"] == "ogai-acme"
+    assert secret["stringData"] == {"JUPYTER_TOKEN": TOKEN, "OGAI_TOKEN": TOKEN + "2"}
+    env = env_of(pod_of(objs))
+    assert env["JUPYTER_TOKEN"] == {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": wl.id, "key": "JUPYTER_TOKEN"}}}
+    assert env["OGAI_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "OGAI_TOKEN"
+    others = render_yaml([o for o in objs if o["kind"] != "Secret"])
+    assert TOKEN not in others and "JUPYTER_TOKEN" in others
+    # A workload without secrets has no Secret.
+    assert "Secret" not in by_kind(objects(workload()))
+
+
+def test_a_secret_name_must_be_an_environment_name():
+    with pytest.raises(ValueError, match="BAD-NAME"):
+        workload_objects(workload(secret_env={"BAD-NAME": "x"}), KubeOptions())
+
+
+def test_the_namespace_policies_deny_all_then_allow_dns_and_the_platform():
+    opts = KubeOptions(platform_pod_labels={"app.kubernetes.io/name": "ogai"},
+                       platform_ports=[8000], egress_cidrs=["10.9.0.0/16"])
+    policies = {p["metadata"]["name"]: p for p in tenant_policies("acme", opts)}
+    for policy in policies.values():
+        check_object(policy)
+        assert policy["metadata"]["namespace"] == "ogai-acme"
+        assert policy["spec"]["podSelector"] == {}  # every pod of the namespace
+    assert policies["ogai-default-deny"]["spec"] == {"podSelector": {},
+                                                     "policyTypes": ["Ingress", "Egress"]}
+    [dns] = policies["ogai-allow-dns"]["spec"]["egress"]
+    assert dns["to"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]
+    assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    [platform] = policies["ogai-allow-platform"]["spec"]["egress"]
+    assert platform == {"to": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "ogai-system"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ogai"}}}],
+        "ports": [{"protocol": "TCP", "port": 8000}]}
+    assert policies["ogai-allow-egress"]["spec"]["egress"] == [
+        {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]}]
+    # No policy allows any ingress namespace-wide.
+    assert all("ingress" not in p["spec"] for p in policies.values())
+    outside = KubeOptions(platform_namespace="", platform_cidrs=["203.0.113.7/32"])
+    names = [p["metadata"]["name"] for p in tenant_policies("acme", outside)]
+    assert names == ["ogai-default-deny", "ogai-allow-dns", "ogai-allow-platform"]
+
+
+def test_a_workload_reaches_its_gang_and_a_service_takes_only_the_platform():
+    opts = KubeOptions(platform_pod_labels={"app.kubernetes.io/name": "ogai"},
+                       platform_cidrs=["203.0.113.7/32"])
+    gang = {"podSelector": {"matchLabels": {WORKLOAD_LABEL: "job-42-a1"}}}
+    batch = by_kind(objects(workload()))["NetworkPolicy"]
+    assert batch["metadata"]["name"] == "job-42-a1"
+    assert batch["spec"] == {"podSelector": {"matchLabels": {WORKLOAD_LABEL: "job-42-a1"}},
+                             "policyTypes": ["Ingress", "Egress"],
+                             "ingress": [{"from": [gang]}], "egress": [{"to": [gang]}]}
+    service = by_kind(workload_objects(workload(service=True, ports=(8000,)), opts))
+    policy = service["NetworkPolicy"]
+    check_object(policy)
+    assert policy["spec"]["ingress"] == [
+        {"from": [gang]},
+        {"from": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "ogai-system"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ogai"}}},
+            {"ipBlock": {"cidr": "203.0.113.7/32"}}],
+         "ports": [{"protocol": "TCP", "port": 8000}]},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"run_as_user": 0}, "run_as_user"),
+        ({"run_as_user": "1000"}, "run_as_user"),
+        ({"artifacts_gid": -5}, "artifacts_gid"),
+        ({"platform_namespace": "Ogai System"}, "platform_namespace"),
+        ({"dns_namespace": ""}, "dns_namespace"),
+        ({"platform_pod_labels": {"app": "not ok"}}, "platform_pod_labels"),
+        ({"platform_pod_labels": ["app=ogai"]}, "platform_pod_labels"),
+        ({"dns_pod_labels": {"bad key!": "x"}}, "dns_pod_labels"),
+        ({"platform_cidrs": ["10.0.0.5"]}, "10.0.0.5"),
+        ({"platform_cidrs": "10.0.0.0/8"}, "platform_cidrs"),
+        ({"egress_cidrs": ["mirror.example.org/32"]}, "mirror.example.org"),
+        ({"platform_ports": [0]}, "platform_ports"),
+        ({"platform_ports": ["8000"]}, "platform_ports"),
+    ],
+)
+def test_bad_security_options_are_refused_by_name(options, message):
     with pytest.raises(ValueError, match=message):
         KubeOptions.from_options(options)

@@ -4,18 +4,27 @@
 What it simulates:
 
 * the REST surface OGAI's Kubernetes driver uses (discovery, namespaces, nodes, pods and their
-  logs, services, events, batch/v1 Jobs, apps/v1 Deployments, and, when switched on, Volcano
-  PodGroups and Kueue objects as plain custom resources), with list selectors, resource versions,
-  uids, timestamps, Status-shaped errors and bearer-token authentication;
+  logs, services, secrets, events, batch/v1 Jobs, apps/v1 Deployments, networking.k8s.io/v1
+  NetworkPolicies, and, when switched on, Volcano PodGroups and Kueue objects as plain custom
+  resources), with list selectors, resource versions, uids, timestamps, Status-shaped errors and
+  bearer-token authentication;
 * schema validation of every body written (``podsys.drivers.kube_schema.check_object``) plus the
-  API server's name and label syntax rules: a bad body answers 422 Invalid;
+  API server's name and label syntax rules, a Secret's data keys and base64, a NetworkPolicy's
+  peers, ports and CIDRs (``network.py``): a bad body answers 422 Invalid; Secrets keep
+  ``stringData`` as base64 ``data``, as the real server does;
+* Pod Security Admission (``pod_security.py``): a namespace's ``enforce`` level refuses pods
+  that break it (403 on a pod created directly, a ``FailedCreate`` event and no pod for a Job's
+  or Deployment's); NetworkPolicies as an enforcing network plugin would apply them,
+  asked through ``can_connect``;
 * the Job controller (pods per index, status counters, ``Complete``/``Failed`` conditions,
   replacement pods up to ``backoffLimit``, suspend), a Deployment controller that keeps
   ``replicas`` pods, the garbage collector (propagation policies on delete), and a scheduler
   (readiness, cordons, nodeSelector, required node affinity, taints, cpu/memory/GPU capacity,
   ``FailedScheduling`` events);
 * the kubelet only as far as the test drives it: ``start_pods``, ``finish_pod``, ``oom``,
-  ``crash_loop``, ``fail_image_pulls``, ``set_logs``.
+  ``crash_loop``, ``fail_image_pulls``, ``set_logs``; a container whose environment names a
+  missing Secret or key waits in ``CreateContainerConfigError``, and ``container_env`` shows
+  the environment a started container gets.
 
 What it does not: watches, server-side apply, strategic merge patch semantics for lists (a
 strategic merge patch is applied as a JSON merge patch, so lists are replaced whole), ReplicaSets
@@ -27,6 +36,8 @@ Every object is a plain dict shaped like the real API's JSON (camelCase keys).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import itertools
 import json
@@ -45,6 +56,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from podsys.drivers.kube_schema import SchemaError, check_object
+from tests.fakekube import network, pod_security
 
 # --------------------------------------------------------------------------------------------
 # Resources and errors
@@ -78,9 +90,11 @@ RESOURCES = [
     Resource("", "v1", "nodes", "Node", namespaced=False),
     Resource("", "v1", "pods", "Pod", namespaced=True),
     Resource("", "v1", "services", "Service", namespaced=True),
+    Resource("", "v1", "secrets", "Secret", namespaced=True),
     Resource("", "v1", "events", "Event", namespaced=True),
     Resource("batch", "v1", "jobs", "Job", namespaced=True),
     Resource("apps", "v1", "deployments", "Deployment", namespaced=True),
+    Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", namespaced=True),
     Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", namespaced=True,
              feature="volcano", custom=True),
     Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False,
@@ -93,8 +107,8 @@ RESOURCES = [
              feature="kueue", custom=True),
 ]
 BY_KIND = {r.kind: r for r in RESOURCES}
-GROUPS = {"batch": "v1", "apps": "v1", "scheduling.volcano.sh": "v1beta1",
-          "kueue.x-k8s.io": "v1beta1"}
+GROUPS = {"batch": "v1", "apps": "v1", "networking.k8s.io": "v1",
+          "scheduling.volcano.sh": "v1beta1", "kueue.x-k8s.io": "v1beta1"}
 GROUP_FEATURE = {"scheduling.volcano.sh": "volcano", "kueue.x-k8s.io": "kueue"}
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -348,10 +362,12 @@ class Store:
 # --------------------------------------------------------------------------------------------
 
 
-_CORE = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)"
-                   r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
-_GROUPED = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
-                      r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
+# Resource paths, core and grouped (tests map recorded requests to RBAC verbs with them too).
+CORE_PATH = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)"
+                       r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
+GROUPED_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)"
+                          r"(?:/namespaces/(?P<ns>[^/]+))?"
+                          r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
 FINISHED = ("Succeeded", "Failed")
 OWNER_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 
@@ -532,7 +548,7 @@ class FakeKube:
             return 200, self._discovery(path)
         if method == "GET" and (match := re.fullmatch(r"/apis/([^/]+)/([^/]+)", path)):
             return 200, self._resource_list(match.group(1), match.group(2))
-        match = _CORE.match(path) or _GROUPED.match(path)
+        match = CORE_PATH.match(path) or GROUPED_PATH.match(path)
         if not match:
             raise ApiError(404, f"the server could not find the requested resource ({path})")
         parts = match.groupdict()
@@ -654,6 +670,15 @@ class FakeKube:
         except SchemaError as exc:
             raise invalid(res, name, str(exc)) from exc
         check_names(res, obj)
+        errors: list[str] = []
+        if res.kind == "Namespace":
+            errors = pod_security.label_errors((obj.get("metadata") or {}).get("labels"))
+        elif res.kind == "NetworkPolicy":
+            errors = network.policy_errors(obj)
+        elif res.kind == "Secret":
+            errors = _secret_errors(obj)
+        if errors:
+            raise invalid(res, name, "; ".join(errors))
 
     def _create(self, res: Resource, ns: str | None, obj: Any, query: dict) -> dict:
         if isinstance(obj, dict):
@@ -677,6 +702,8 @@ class FakeKube:
         if self.store.get(res.kind, ns, name) is not None:
             raise ApiError(409, f'{res.qualified} "{name}" already exists',
                            details={"name": name, "group": res.group, "kind": res.plural})
+        if res.kind == "Pod" and (refused := self._pod_security(ns or "", name, obj["spec"])):
+            raise ApiError(403, refused)
         self._default(res, obj)
         if query.get("dryRun"):
             return obj
@@ -698,6 +725,8 @@ class FakeKube:
         for kept in ("uid", "creationTimestamp", "namespace"):
             if kept in old["metadata"]:
                 meta[kept] = old["metadata"][kept]
+        if res.kind == "NetworkPolicy":  # defaulted on every write, as on create
+            network.default_policy(obj)
         if "status" in old and "status" not in obj:
             obj["status"] = old["status"]
         if query.get("dryRun"):
@@ -729,6 +758,8 @@ class FakeKube:
         for kept in ("uid", "creationTimestamp", "namespace", "name"):
             if kept in old["metadata"]:
                 meta[kept] = old["metadata"][kept]
+        if res.kind == "NetworkPolicy":
+            network.default_policy(new)
         if query.get("dryRun"):
             return new
         self.store.put(new)
@@ -762,8 +793,16 @@ class FakeKube:
 
     def _default(self, res: Resource, obj: dict) -> None:
         """What admission and defaulting add on create."""
-        spec = obj.setdefault("spec", {}) if res.kind not in ("Event",) else None
-        if res.kind == "Namespace":
+        spec = obj.setdefault("spec", {}) if res.kind not in ("Event", "Secret") else None
+        if res.kind == "Secret":
+            # stringData is write-only: the server keeps it as base64 data.
+            data = obj.setdefault("data", {})
+            for key, value in (obj.pop("stringData", None) or {}).items():
+                data[key] = base64.b64encode(value.encode()).decode()
+            obj.setdefault("type", "Opaque")
+        elif res.kind == "NetworkPolicy":
+            network.default_policy(obj)
+        elif res.kind == "Namespace":
             labels = obj["metadata"].setdefault("labels", {})
             labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
             obj["status"] = {"phase": "Active"}
@@ -875,6 +914,10 @@ class FakeKube:
         if annotations:
             pod_meta["annotations"] = annotations
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+        # Named as the controller asks, by generateName (the random suffix is the server's).
+        if refused := self._pod_security(pod_meta["namespace"], name[:-5], spec):
+            self._event(owner, "Warning", "FailedCreate", f"Error creating: {refused}")
+            return pod
         self._default(BY_KIND["Pod"], pod)
         self.store.put(pod)
         self._event(owner, "Normal", "SuccessfulCreate", f"Created pod: {name}")
@@ -1159,6 +1202,14 @@ class FakeKube:
             return
         if self._pull_failure(pod):
             return
+        if why := self._config_error(pod):
+            pod["status"]["containerStatuses"] = [
+                _container_status(c, {"waiting": {"reason": "CreateContainerConfigError",
+                                                  "message": why}})
+                for c in pod["spec"].get("containers", [])]
+            self.store.put(pod)
+            self._event(pod, "Warning", "Failed", f"Error: {why}", component="kubelet")
+            return
         started = now()
         pod["status"].update(
             phase="Running", podIP=f"10.244.{next(self._ips) % 250}.{random.randint(2, 250)}",  # noqa: S311
@@ -1310,6 +1361,108 @@ class FakeKube:
             text = "".join(lines[-count:]) if count else ""
         return text
 
+    # -- admission, secrets and the network ------------------------------------------------------
+
+    def _pod_security(self, namespace: str, name: str, spec: dict) -> str | None:
+        """Pod Security Admission: why the namespace's enforced level refuses the pod, if it
+        does."""
+        ns = self.store.get("Namespace", None, namespace)
+        labels = (ns or {}).get("metadata", {}).get("labels") or {}
+        level = pod_security.enforced_level(labels)
+        broken = pod_security.violations(spec, level)
+        if not broken:
+            return None
+        version = labels.get(f"{pod_security.PREFIX}enforce-version", "latest")
+        return (f'pods "{name}" is forbidden: violates PodSecurity "{level}:{version}": '
+                + ", ".join(broken))
+
+    def _secret_value(self, namespace: str, ref: dict) -> tuple[str | None, str]:
+        """A secretKeyRef's value, or None and the kubelet's words for why not."""
+        secret = self.store.get("Secret", namespace, ref.get("name", ""))
+        if secret is None:
+            return None, f'secret "{ref.get("name")}" not found'
+        data = secret.get("data") or {}
+        if ref.get("key") not in data:
+            return None, (f"couldn't find key {ref.get('key')} in Secret "
+                          f"{namespace}/{ref.get('name')}")
+        return base64.b64decode(data[ref["key"]]).decode(), ""
+
+    def _config_error(self, pod: dict) -> str:
+        """Why the kubelet cannot make the pod's containers (a missing Secret or key), or ""."""
+        for container in pod["spec"].get("containers", []):
+            for item in container.get("env") or []:
+                ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+                if ref and not ref.get("optional"):
+                    value, why = self._secret_value(pod["metadata"]["namespace"], ref)
+                    if value is None:
+                        return why
+        return ""
+
+    def container_env(self, pod_name: str, container: str | None = None) -> dict[str, str]:
+        """The environment a container of the pod gets, references resolved as the kubelet
+        resolves them (Secrets, the pod's own fields)."""
+        with self.lock:
+            pod = self._pod(pod_name)
+            spec = next(c for c in pod["spec"]["containers"]
+                        if container in (None, c["name"]))
+            env: dict[str, str] = {}
+            for item in spec.get("env") or []:
+                source = item.get("valueFrom") or {}
+                if "secretKeyRef" in source:
+                    value, _ = self._secret_value(pod["metadata"]["namespace"],
+                                                  source["secretKeyRef"])
+                    if value is not None:
+                        env[item["name"]] = value
+                elif "fieldRef" in source:
+                    path = source["fieldRef"]["fieldPath"]
+                    if match := re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path):
+                        env[item["name"]] = (pod["metadata"].get(match.group(1)) or {}).get(
+                            match.group(2), "")
+                    else:
+                        env[item["name"]] = str(dig(pod, path) or "")
+                else:
+                    env[item["name"]] = item.get("value", "")
+            return env
+
+    def add_pod(self, namespace: str, name: str, labels: dict | None = None,
+                ports: tuple[int, ...] = ()) -> dict:
+        """A running pod made by something other than OGAI (the platform's own, CoreDNS), as
+        if created through the API: Pod Security applies."""
+        with self.lock:
+            container: dict[str, Any] = {"name": "main", "image": "other:1"}
+            if ports:
+                container["ports"] = [{"containerPort": port, "protocol": "TCP"}
+                                      for port in ports]
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "labels": dict(labels or {})},
+                   "spec": {"nodeName": "elsewhere", "containers": [container]}}
+            self._create(BY_KIND["Pod"], namespace, pod, {})
+            stored = self.store.get("Pod", namespace, name)
+            assert stored is not None
+            self._run(stored)
+            return copy.deepcopy(stored)
+
+    def can_connect(self, source: dict | str, target: dict | str, port: int,
+                    protocol: str = "TCP") -> bool:
+        """Whether the NetworkPolicies let ``source`` open a connection to ``target`` on
+        ``port``: each a pod (as ``pods()`` or ``objects("Pod")`` return it; its current state
+        is used) or an IP address outside the cluster."""
+        with self.lock:
+            ends = []
+            for end in (source, target):
+                if isinstance(end, str):
+                    ends.append(network.Endpoint(ip=end))
+                    continue
+                meta = end["metadata"]
+                pod = self.store.get("Pod", meta["namespace"], meta["name"])
+                if pod is None:
+                    raise KeyError(f"no pod {meta['namespace']}/{meta['name']}")
+                ns = self.store.get("Namespace", None, meta["namespace"]) or {}
+                ends.append(network.Endpoint(pod=pod, namespace_labels=ns.get(
+                    "metadata", {}).get("labels")))
+            return network.can_connect(self.store.list("NetworkPolicy"), ends[0], ends[1],
+                                       port, protocol)
+
     # -- nodes -----------------------------------------------------------------------------------
 
     def add_node(self, name: str, gpus: int = 8, gpu_product: str = "NVIDIA-H100-80GB-HBM3",
@@ -1435,6 +1588,24 @@ class FakeKube:
 # --------------------------------------------------------------------------------------------
 # Pod helpers
 # --------------------------------------------------------------------------------------------
+
+
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def _secret_errors(secret: dict) -> list[str]:
+    errors = []
+    for field in ("data", "stringData"):
+        for key, value in (secret.get(field) or {}).items():
+            if not _SECRET_KEY.match(key) or len(key) > 253:
+                errors.append(f"{field}[{key}]: Invalid value: a valid config key must "
+                              "consist of alphanumeric characters, '-', '_' or '.'")
+            if field == "data":
+                try:
+                    base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError):
+                    errors.append(f"data[{key}]: Invalid value: not base64")
+    return errors
 
 
 def _container_status(container: dict, state: dict, ready: bool = False) -> dict:
