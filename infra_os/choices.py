@@ -10,6 +10,9 @@ class Role(models.TextChoices):
 # Roles allowed to change a tenant's resources; a viewer only reads.
 WRITE_ROLES = frozenset({Role.ADMIN, Role.MEMBER})
 ADMIN_ROLES = frozenset({Role.ADMIN})
+# Roles whose tokens (and sessions) may call the tenant's deployed models at the gateway and in
+# the playground: a call spends the tenant's token budget, so a viewer, who only reads, may not.
+MODEL_CALL_ROLES = frozenset({Role.ADMIN, Role.MEMBER})
 
 
 class ServerState(models.TextChoices):

@@ -6,6 +6,11 @@ script has to be on PATH), `vllm serve` only from the environment an operator na
 OGAI_VLLM_COMMAND (vLLM cannot be installed beside the platform's CPU torch). Anywhere else the
 replica is a container: the vLLM image, or an image with transformers[serving]
 (OGAI_TRANSFORMERS_IMAGE), each answering on SERVER_PORT.
+
+Every server requires its deployment's key (`Authorization: Bearer`) on all but `/health`, read
+from the environment variable `key_env` (the replica's job gets it in its secret environment,
+never in its command): vLLM from VLLM_API_KEY, its own mechanism; transformers serve, which has
+none, behind `mmodel.runners.serve_transformers`, which checks it in the same process.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ import shlex
 import socket
 import sys
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from mmodel.choices import Runtime
+from mmodel.runners import serve_transformers
 
 SERVER_PORT = 8000  # inside a container
 # transformers' continuous batching stores the KV cache in pages of this many tokens (its
@@ -33,16 +40,20 @@ KV_SHARE_OF_MEMORY = 0.25
 MIN_BLOCKS, MAX_BLOCKS, DEFAULT_BLOCKS = 4, 1024, 64
 CPU_BATCH_TOKENS = 1024
 GPU_KV_MEMORY_PERCENT = 0.8
+# vLLM's own: the key, like --api-key, but out of the command line.
+VLLM_KEY_ENV = "VLLM_API_KEY"
 
 
 @dataclass(frozen=True)
 class ServerSpec:
     """What a replica's job runs: `command` with `env` (in `image` where the cluster runs
-    images), answering on `port` under the model name `served_model`."""
+    images), answering on `port` under the model name `served_model` to requests with the key
+    it reads from the environment variable `key_env`."""
 
     command: list[str]
     port: int
     served_model: str
+    key_env: str
     image: str = ""
     env: dict[str, str] = field(default_factory=dict)
 
@@ -105,15 +116,23 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
         return _vllm(target, name=name, host=host, port=port, gpus=gpus, local=local, env=env)
     if target.adapter is not None:
         raise ValueError("transformers serves adapters merged into their base (mmodel.merge)")
-    command = [*(["transformers"] if not local else
-                 [sys.executable, "-m", "transformers.cli.transformers"]),
+    # An image has transformers but not the platform: the launcher goes as its source text.
+    launcher = [sys.executable, "-m", serve_transformers.__name__] if local else \
+        ["python", "-c", _launcher_source()]
+    command = [*launcher,
                "serve", str(target.folder), "--host", host, "--port", str(port),
                "--device", "cuda" if gpus else "cpu", "--continuous-batching",
                *_kv_cache_args(target.folder, gpus=gpus, memory_mib=memory_mib),
                "--log-level", "warning"]
     # transformers serve names the model by the path it was given.
     return ServerSpec(command=command, port=port, served_model=str(target.folder),
+                      key_env=serve_transformers.KEY_ENV,
                       image="" if local else settings.OGAI_TRANSFORMERS_IMAGE, env=env)
+
+
+@cache
+def _launcher_source() -> str:
+    return Path(serve_transformers.__file__).read_text()
 
 
 def _vllm(target: ServeTarget, *, name: str, host: str, port: int, gpus: int, local: bool,
@@ -128,7 +147,8 @@ def _vllm(target: ServeTarget, *, name: str, host: str, port: int, gpus: int, lo
         command += ["--tensor-parallel-size", str(gpus)]
     if target.adapter is not None:
         command += ["--enable-lora", "--lora-modules", f"{name}={target.adapter}"]
-    return ServerSpec(command=command, port=port, served_model=name,
+    # vLLM checks the key on its /v1 routes; /health stays open.
+    return ServerSpec(command=command, port=port, served_model=name, key_env=VLLM_KEY_ENV,
                       image="" if local else settings.OGAI_VLLM_IMAGE, env=env)
 
 

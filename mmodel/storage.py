@@ -4,14 +4,18 @@ never the user's source folder."""
 
 import shutil
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
+
+from podsys.drivers.base import DataMount
 
 # DATA_DIR and paths relative to it, as YLink keeps them.
 from ylink.storage import absolute, data_root, relative
 from ylink.storage import content_hash as _content_hash
 
-__all__ = ["absolute", "artifact_folder", "content_hash", "data_root", "file_list",
-           "relative", "remove", "staging_folder", "version_files", "version_folder"]
+__all__ = ["absolute", "artifact_folder", "content_hash", "data_mounts", "data_root",
+           "file_list", "relative", "remove", "staging_folder", "version_files",
+           "version_folder"]
 
 
 def staging_folder() -> Path:
@@ -50,3 +54,20 @@ def content_hash(folder: Path) -> str:
 
 def remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def data_mounts(read: Iterable[Path | str | None], write: Iterable[Path | str | None] = ()
+                ) -> list[DataMount]:
+    """The folders of the data directory a job reads (and writes) as its mounts, each once;
+    folders outside the data directory (a version recorded at an absolute path elsewhere) are
+    not the data directory's to hand out and are left out."""
+    root = data_root().resolve()
+    mounts: dict[str, DataMount] = {}
+    for paths, read_only in ((write, False), (read, True)):
+        for path in paths:
+            if path is None:
+                continue
+            folder = Path(path).resolve()
+            if root in folder.parents and str(folder) not in mounts:
+                mounts[str(folder)] = DataMount(str(folder), read_only=read_only)
+    return list(mounts.values())

@@ -363,6 +363,10 @@ OGAI_GATEWAY_TENANT_RPM = env_int("OGAI_GATEWAY_TENANT_RPM", 600)
 OGAI_GATEWAY_TENANT_TPM = env_int("OGAI_GATEWAY_TENANT_TPM", 200000)
 OGAI_GATEWAY_TOKEN_RPM = env_int("OGAI_GATEWAY_TOKEN_RPM", 300)
 OGAI_GATEWAY_TOKEN_TPM = env_int("OGAI_GATEWAY_TOKEN_TPM", 100000)
+# A replica whose server stops answering /health for longer than the grace (seconds) gets a new
+# job; one that never answered gets until the start timeout (loading the weights).
+OGAI_REPLICA_UNHEALTHY_GRACE_S = env_int("OGAI_REPLICA_UNHEALTHY_GRACE_S", 60)
+OGAI_REPLICA_START_TIMEOUT_S = env_int("OGAI_REPLICA_START_TIMEOUT_S", 1800)
 
 # PODsys. Stack and accounts deployments: the SSH user and private key Ansible reaches nodes
 # with (a node at localhost/127.0.0.1, or of the local cluster, is reached without SSH), and

@@ -12,6 +12,7 @@ from frontend.access import console_access, current_tenant
 from frontend.forms_mmodel import ArenaVoteForm
 from frontend.views.deployments import current_deployments
 from frontend.views.models import current_versions
+from infra_os.choices import MODEL_CALL_ROLES
 from mmodel.choices import DeploymentState
 from mmodel.selectors.arena import arena_ratings
 from mmodel.selectors.deployments import deployment_state
@@ -36,6 +37,8 @@ def playground(request):
         "choices": choices,
         "ratings": arena_ratings(tenant=tenant) if tenant else [],
         "can_vote": console_access(request).can_write,
+        # As the gateway decides it: the role in the tenant whose models these are.
+        "can_chat": console_access(request).role in MODEL_CALL_ROLES,
     })
 
 

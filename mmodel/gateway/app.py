@@ -21,11 +21,12 @@ from typing import Any
 
 import orjson
 
-from mmodel.gateway import auth, limits, routing, upstream
+from mmodel.gateway import auth, context, limits, routing, upstream
 from mmodel.gateway.db import fire_and_forget, run_db
 from mmodel.gateway.errors import (
     GatewayError,
     bad_request,
+    may_not_call,
     send_error,
     send_json,
     unavailable,
@@ -33,6 +34,7 @@ from mmodel.gateway.errors import (
 )
 from mmodel.gateway.stats import StatsBuffer, write_stats
 from mmodel.gateway.usage import TokenUse, UsageBuffer, new_source, write_usage
+from ogai import json_input
 
 logger = logging.getLogger("mmodel.gateway")
 
@@ -49,7 +51,6 @@ WAKE_EVERY_S = 2.0
 MARK_EVERY_S = 5.0
 
 COMPLETION_PATHS = {"/v1/chat/completions": True, "/v1/completions": False}
-UPSTREAM_HEADERS = {"Content-Type": "application/json"}
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
@@ -192,6 +193,9 @@ def _parse(body: bytes, chat: bool) -> dict:
         raise bad_request("The body is not valid JSON.") from None
     if not isinstance(payload, dict):
         raise bad_request("The body must be a JSON object.")
+    if json_input.deeper_than(payload):
+        # orjson reads 1,024 levels but writes 256: it would fail forwarding it (a 500).
+        raise bad_request(f"The body is nested deeper than {json_input.MAX_DEPTH} levels.")
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("Missing required parameter: 'model'.", param="model")
@@ -281,7 +285,12 @@ async def _complete(scope: Scope, receive: Receive, send: Send, path: str, chat:
     payload = _parse(await _read_body(receive), chat)
     table = await routing.table()
     route = routing.resolve(table, payload["model"], caller.tenant_ids)
+    if route.tenant_id not in caller.call_tenant_ids:
+        # Before the limits: a caller who may not spend the budget does not use it up either.
+        raise may_not_call(route.tenant_name)
     token_keys = await limits.check(route, caller)
+    # Before any replica (and before waking one): a prompt that cannot fit never reaches it.
+    await context.check(route.folder, payload, chat)
     exchange = _Exchange(route, caller, t0, started, token_keys)
     refusal = routing.state_error(route)
     if refusal is not None:
@@ -345,7 +354,7 @@ async def _forward(send: Send, route: routing.Route, payload: dict, path: str, s
         routing.begin(replica)
         try:
             response = await client.post(replica.upstream + path, data=orjson.dumps(payload),
-                                         headers=UPSTREAM_HEADERS)
+                                         headers=route.headers)
         except upstream.REFUSED as exc:
             routing.end(replica)
             _refused(route, replica, exc)
@@ -370,6 +379,13 @@ async def _forward(send: Send, route: routing.Route, payload: dict, path: str, s
                                   "answering.") from None
         break
     try:
+        if response.status in (401, 403):
+            # The replica refused the gateway's own key: not the caller's fault.
+            exchange.error = True
+            exchange.done()
+            logger.error("gateway: %s replica %s refused the deployment's key (%s)",
+                         route.name, replica.id, response.status)
+            raise upstream_failed(f"The model server of `{route.name}` refused the gateway.")
         if response.status != 200:
             await _relay_error(send, response, exchange)
         elif stream:

@@ -33,6 +33,9 @@ class Caller:
     tenant_ids: frozenset[int]
     # Per-caller rate limits count under this key: the token, or the user for sessions.
     limit_key: str
+    # The tenants whose models the caller may call (a role of MODEL_CALL_ROLES there); in the
+    # others of `tenant_ids` it only sees them.
+    call_tenant_ids: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -90,11 +93,15 @@ def forget_credentials() -> None:
     _sessions.clear()
 
 
-def _tenant_ids(user_id: int) -> frozenset[int]:
+def _tenant_ids(user_id: int) -> tuple[frozenset[int], frozenset[int]]:
+    """The user's tenants, and those of them where their role may call models."""
+    from infra_os.choices import MODEL_CALL_ROLES
     from infra_os.models import Membership
 
-    return frozenset(Membership.objects.filter(user_id=user_id, tenant__is_active=True)
-                     .values_list("tenant_id", flat=True))
+    rows = list(Membership.objects.filter(user_id=user_id, tenant__is_active=True)
+                .values_list("tenant_id", "role"))
+    return (frozenset(tenant for tenant, _ in rows),
+            frozenset(tenant for tenant, role in rows if role in MODEL_CALL_ROLES))
 
 
 def _load_token(secret: str) -> tuple[Caller | None, float]:
@@ -108,8 +115,9 @@ def _load_token(secret: str) -> tuple[Caller | None, float]:
     ttl = CACHE_S
     if token.expires_at is not None:
         ttl = min(ttl, (token.expires_at - timezone.now()).total_seconds())
-    caller = Caller(user_id=token.user_id, token_id=token.pk,
-                    tenant_ids=_tenant_ids(token.user_id), limit_key=f"t{token.pk}")
+    seen, callable_ = _tenant_ids(token.user_id)
+    caller = Caller(user_id=token.user_id, token_id=token.pk, tenant_ids=seen,
+                    limit_key=f"t{token.pk}", call_tenant_ids=callable_)
     return caller, max(ttl, 0.0)
 
 
@@ -120,8 +128,9 @@ def _load_session(session_key: str) -> tuple[Caller | None, float]:
     user = get_user(_SessionHolder(session=store))  # type: ignore[arg-type]
     if not user.is_authenticated:
         return None, NEGATIVE_CACHE_S
-    return Caller(user_id=user.pk, token_id=None, tenant_ids=_tenant_ids(user.pk),
-                  limit_key=f"u{user.pk}"), CACHE_S
+    seen, callable_ = _tenant_ids(user.pk)
+    return Caller(user_id=user.pk, token_id=None, tenant_ids=seen, limit_key=f"u{user.pk}",
+                  call_tenant_ids=callable_), CACHE_S
 
 
 def cookies_of(header: str) -> dict[str, str]:

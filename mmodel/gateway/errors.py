@@ -51,6 +51,30 @@ def model_not_found(model: str) -> GatewayError:
         param="model", code="model_not_found")
 
 
+def may_not_call(tenant_name: str) -> GatewayError:
+    return GatewayError(
+        403, f"Your role in {tenant_name} may not call its models: a viewer reads only, and a "
+             "call spends the tenant's token budget. Ask a tenant admin for the member role.",
+        param="model", code="insufficient_permissions")
+
+
+def context_too_long(*, limit: int, prompt: int, completion: int | None, param: str,
+                     at_least: bool = False) -> GatewayError:
+    """As OpenAI (and vLLM) say it; `prompt` may be a lower bound (`at_least`)."""
+    where = "messages" if param == "messages" else "prompt"
+    many = f"at least {prompt}" if at_least else str(prompt)
+    if completion is None:
+        message = (f"This model's maximum context length is {limit} tokens. However, your "
+                   f"{where} resulted in {many} tokens. Please reduce the length of the "
+                   f"{where}.")
+    else:
+        total = f"at least {prompt + completion}" if at_least else str(prompt + completion)
+        message = (f"This model's maximum context length is {limit} tokens. However, you "
+                   f"requested {total} tokens ({many} in the {where}, {completion} in the "
+                   f"completion). Please reduce the length of the {where} or completion.")
+    return GatewayError(400, message, param=param, code="context_length_exceeded")
+
+
 def unavailable(message: str, code: str, after_s: float | None) -> GatewayError:
     headers = [retry_after(after_s)] if after_s is not None else []
     return GatewayError(503, message, type="server_error", code=code, headers=headers)

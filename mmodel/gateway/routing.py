@@ -49,6 +49,11 @@ class Route:
     created: int
     limits: Limits
     replicas: list[Replica] = field(default_factory=list)
+    # What every request to its replicas carries: their key (they answer nothing without it).
+    headers: dict[str, str] = field(default_factory=lambda: dict(UPSTREAM_HEADERS))
+    # The folder with the served weights' config and tokenizer ("": unknown), for the context
+    # check.
+    folder: str = ""
 
 
 @dataclass(slots=True)
@@ -57,6 +62,8 @@ class Table:
     loaded_at: float
 
 
+UPSTREAM_HEADERS = {"Content-Type": "application/json"}
+
 _table: Table | None = None
 _refreshing: asyncio.Future | None = None
 # Bumped by reload_now(), so a background load begun before it never replaces its table.
@@ -64,6 +71,8 @@ _generation = 0
 _outstanding: dict[int, int] = {}
 _suspect: dict[int, float] = {}
 _turn = itertools.count()
+# Deployment keys by their stored (encrypted) form: decrypted once, not on every refresh.
+_keys: dict[str, str] = {}
 
 
 def load_table() -> Table:
@@ -73,7 +82,9 @@ def load_table() -> Table:
 
     routes: dict[int, Route] = {}
     overrides = {row.tenant_id: row for row in GatewayLimit.objects.all()}
-    for dep in Deployment.objects.filter(tenant__is_active=True).select_related("tenant"):
+    deployments = Deployment.objects.filter(tenant__is_active=True).select_related(
+        "tenant", "version__base_version")
+    for dep in deployments:
         row = overrides.get(dep.tenant_id)
         limits = Limits(
             tenant_rpm=_pick(row, "requests_per_minute", settings.OGAI_GATEWAY_TENANT_RPM),
@@ -84,7 +95,8 @@ def load_table() -> Table:
         routes[dep.pk] = Route(
             deployment_id=dep.pk, tenant_id=dep.tenant_id, tenant_name=dep.tenant.name,
             name=dep.name, active=dep.active, scaled_to_zero=dep.scaled_to_zero,
-            created=int(dep.created_at.timestamp()), limits=limits)
+            created=int(dep.created_at.timestamp()), limits=limits,
+            headers=_headers(dep.api_key), folder=_folder(dep.version))
     replicas = (DeploymentReplica.objects
                 .filter(deployment_id__in=list(routes), ready=True, job__state=JobState.RUNNING)
                 .exclude(upstream="").order_by("deployment_id", "index")
@@ -100,6 +112,35 @@ def load_table() -> Table:
         by_name.setdefault(route.name, []).append(route)
         by_name.setdefault(f"{route.tenant_name}/{route.name}", []).append(route)
     return Table(by_name=by_name, loaded_at=time.monotonic())
+
+
+def _headers(stored_key: str) -> dict[str, str]:
+    if not stored_key:  # made before deployments had keys: its replicas ask for none
+        return dict(UPSTREAM_HEADERS)
+    key = _keys.get(stored_key)
+    if key is None:
+        from ogai.crypto import DecryptionError, decrypt
+
+        try:
+            key = decrypt(stored_key)
+        except DecryptionError:
+            logger.exception("gateway: a deployment's key cannot be decrypted")
+            key = ""
+        if len(_keys) > 10_000:
+            _keys.clear()
+        _keys[stored_key] = key
+    return {**UPSTREAM_HEADERS, "Authorization": f"Bearer {key}"}
+
+
+def _folder(version) -> str:
+    """Where the served weights' config and tokenizer are: an adapter's are its base's."""
+    from mmodel.services.adapters import is_adapter
+    from mmodel.storage import absolute
+
+    source = version.base_version if is_adapter(version) else version
+    if source is None or not source.artifact_path:
+        return ""
+    return str(absolute(source.artifact_path))
 
 
 def _pick(row, name: str, default: int) -> int:

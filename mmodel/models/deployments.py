@@ -34,6 +34,10 @@ class Deployment(TimeStampedModel):
     last_request_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
+    # The key its replicas' servers require (`Authorization: Bearer`), encrypted with
+    # `ogai.crypto`: only the gateway and the platform's evaluation runner send it, so nothing
+    # reaches a replica around the gateway's roles, limits and usage. Shown nowhere.
+    api_key = models.TextField(blank=True, editable=False)
 
     class Meta:
         ordering = ["tenant", "name"]
@@ -69,6 +73,11 @@ class DeploymentReplica(models.Model):
     # is replaced); past a few it stops trying and the replica is `failed` until started again.
     resubmits = models.PositiveIntegerField(default=0)
     failed = models.BooleanField(default=False)
+    # Since when its running job's server has not answered /health (None: it answers, or its
+    # job is not running), and whether it answered in this attempt at all: past a grace (a
+    # start timeout while it never did) the watch replaces its job.
+    unhealthy_since = models.DateTimeField(null=True, blank=True)
+    answered = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["deployment", "index"]

@@ -85,3 +85,7 @@ def _merge_into(base: Path, adapter: Path, out: Path) -> None:
                         for name in ("tokenizer.json", "tokenizer_config.json"))
     AutoTokenizer.from_pretrained(str(adapter if has_tokenizer else base)) \
         .save_pretrained(str(out))
+    for path in out.rglob("*"):
+        # Readable by model servers running as the tenant's user (save_pretrained writes 0600).
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o644)

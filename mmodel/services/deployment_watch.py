@@ -1,6 +1,9 @@
 """The watch over running deployments, every few seconds (`mmodel.watch_deployments`): where
 each replica answers and whether its health endpoint does; a new job for a replica whose job
-ended for good; idle deployments scaled to zero.
+ended for good, and for one whose job runs but whose server has not answered /health for
+longer than OGAI_REPLICA_UNHEALTHY_GRACE_S (a server alive but broken: AIStation sees a running
+process and restarts nothing), or never answered within OGAI_REPLICA_START_TIMEOUT_S of its
+start; idle deployments scaled to zero.
 
 Health is asked outside any transaction, all replicas at once; what was learned is written per
 deployment under its row lock, and only where the replica still has the job that was asked
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import httpx
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
@@ -45,6 +49,7 @@ class WatchResult:
     probed: int = 0
     ready: int = 0
     resubmitted: int = 0
+    restarted: int = 0
     scaled_to_zero: int = 0
 
 
@@ -158,19 +163,33 @@ def _watch_replica(deployment: Deployment, replica: DeploymentReplica, probe: Pr
         return
     if job.state != JobState.RUNNING:
         _set(replica, ready=False, ready_since=None, upstream="", workload_id="",
-             checked_at=now, message=f"job {job.pk} is {job.state}: {job.reason}")
+             unhealthy_since=None, checked_at=now,
+             message=f"job {job.pk} is {job.state}: {job.reason}")
         return
     if probe is None or probe.job_id != job.pk:
         return  # started after the probes were sent: asked next time
     if probe.ok:
         became = not replica.ready
         _set(replica, ready=True, upstream=probe.upstream, workload_id=probe.workload_id,
-             checked_at=now, message="", resubmits=0,
+             checked_at=now, message="", resubmits=0, unhealthy_since=None, answered=True,
              ready_since=now if became else replica.ready_since)
         result.ready += 1
-    else:
-        _set(replica, ready=False, ready_since=None, upstream=probe.upstream,
-             workload_id=probe.workload_id, checked_at=now, message=probe.message)
+        return
+    # Not answering: counted from the first failed probe of this attempt (a new attempt of the
+    # job, restarted by AIStation, starts afresh).
+    same_attempt = probe.workload_id == replica.workload_id
+    answered = replica.answered and same_attempt
+    since = replica.unhealthy_since if same_attempt and replica.unhealthy_since else now
+    grace = settings.OGAI_REPLICA_UNHEALTHY_GRACE_S if answered \
+        else settings.OGAI_REPLICA_START_TIMEOUT_S
+    if now - since > timedelta(seconds=grace):
+        why = (f"its server failed its health check for over {grace:g} s" if answered else
+               f"its server did not answer its health check within {grace:g} s of starting")
+        _restart(deployment, replica, now, result, f"{why} ({probe.message})")
+        return
+    _set(replica, ready=False, ready_since=None, upstream=probe.upstream,
+         workload_id=probe.workload_id, checked_at=now, message=probe.message,
+         unhealthy_since=since, answered=answered)
 
 
 def _set(replica: DeploymentReplica, **changes) -> None:
@@ -181,13 +200,34 @@ def _set(replica: DeploymentReplica, **changes) -> None:
         replica.save(update_fields=changed)
 
 
-def _replace(deployment: Deployment, replica: DeploymentReplica, now: datetime,
-             result: WatchResult) -> None:
-    """The replica's job ended for good (failed past its restarts, cancelled outside the
-    deployment, lost) or it has none yet (an adapter was merging): a new job, within limits."""
+def _restart(deployment: Deployment, replica: DeploymentReplica, now: datetime,
+             result: WatchResult, why: str) -> None:
+    """Its job runs but its server is broken: cancel the job, and a new one, within limits."""
     job = replica.job
-    ended = f"job {job.pk} {job.state}" + (f" ({job.reason})" if job.reason else "") \
-        if job is not None else ""
+    assert job is not None
+    try:
+        actor = platform_actor(deployment)
+    except NoActor as exc:  # starting the deployment again replaces the job
+        _set(replica, ready=False, ready_since=None, failed=True, checked_at=now,
+             message=f"{why}; {exc}")
+        return
+    replica_stop(actor, replica, why)
+    audit_record(actor=None, action="deployment.restart_replica", obj=deployment,
+                 tenant=deployment.tenant,
+                 changes={"replica": replica.index, "job": job.pk, "reason": why})
+    result.restarted += 1
+    _replace(deployment, replica, now, result, ended=f"job {job.pk} cancelled: {why}")
+
+
+def _replace(deployment: Deployment, replica: DeploymentReplica, now: datetime,
+             result: WatchResult, ended: str | None = None) -> None:
+    """The replica's job ended for good (failed past its restarts, cancelled outside the
+    deployment or by `_restart`, lost) or it has none yet (an adapter was merging): a new job,
+    within limits."""
+    job = replica.job
+    if ended is None:
+        ended = f"job {job.pk} {job.state}" + (f" ({job.reason})" if job.reason else "") \
+            if job is not None else ""
     if job is not None and replica.resubmits >= MAX_RESUBMITS:
         _set(replica, ready=False, ready_since=None, upstream="", workload_id="", failed=True,
              checked_at=now, message=f"{ended}; gave up after {MAX_RESUBMITS} new jobs that "

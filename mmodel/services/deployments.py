@@ -10,6 +10,8 @@ creator while they may still start work in its tenant, as a notebook's session i
 
 from __future__ import annotations
 
+import secrets
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -31,7 +33,9 @@ from mmodel.services.adapters import (
     merge_state,
     merged_folder,
 )
-from mmodel.storage import artifact_folder
+from mmodel.storage import artifact_folder, data_mounts
+from ogai.crypto import decrypt, encrypt
+from podsys.drivers.base import ROLE_LABEL, ROLE_MODEL_SERVER
 
 MAX_REPLICAS = 16
 # Restarts AIStation makes of one replica's job (same job, new attempt) before it fails; and
@@ -147,12 +151,26 @@ def platform_actor(deployment: Deployment):
                   "must start the deployment again")
 
 
+def deployment_api_key(deployment: Deployment) -> str:
+    """The key its replicas require, made (and stored encrypted) the first time it is needed:
+    at creation, or at the next start of a deployment made before deployments had keys."""
+    if not deployment.api_key:
+        deployment.api_key = encrypt(secrets.token_urlsafe(32))
+        Deployment.objects.filter(pk=deployment.pk, api_key="").update(
+            api_key=deployment.api_key)
+        # Another start may have stored one meanwhile: theirs is the key.
+        deployment.api_key = Deployment.objects.values_list("api_key", flat=True) \
+            .get(pk=deployment.pk)
+    return decrypt(deployment.api_key)
+
+
 def replica_submit(actor, deployment: Deployment, replica: DeploymentReplica,
                    reason: str) -> Job | None:
     """A new service job for the replica (none while its adapter is merging: the message says
     so, and the watch task submits it once merged)."""
     target, why = serve_target(deployment)
     replica.ready, replica.ready_since, replica.upstream, replica.workload_id = False, None, "", ""
+    replica.unhealthy_since, replica.answered = None, False
     if target is None:
         replica.message = why
         replica.save()
@@ -169,6 +187,11 @@ def replica_submit(actor, deployment: Deployment, replica: DeploymentReplica,
         cpu_per_replica=deployment.cpu_per_replica,
         memory_mib_per_replica=deployment.memory_mib_per_replica,
         max_restarts=REPLICA_MAX_RESTARTS, service=True, ports=[spec.port],
+        # Only to its processes' environment: never in its command, env or any page.
+        secret_env={spec.key_env: deployment_api_key(deployment)},
+        # Where work is sandboxed, the weights it serves are all it sees of the data directory.
+        mounts=data_mounts([target.folder, target.adapter]),
+        labels={ROLE_LABEL: ROLE_MODEL_SERVER},
     )
     replica.job, replica.served_model, replica.message = job, spec.served_model, reason
     replica.save()
@@ -181,6 +204,7 @@ def replica_stop(actor, replica: DeploymentReplica, message: str) -> None:
     if job is not None and job.state not in FINAL_STATES:
         job_cancel(actor=actor, job=job)
     replica.ready, replica.ready_since, replica.upstream, replica.workload_id = False, None, "", ""
+    replica.unhealthy_since, replica.answered = None, False
     replica.message = message
     replica.save()
 
@@ -225,7 +249,7 @@ def deployment_create(*, actor, tenant: Tenant, name: str, version: ModelVersion
         replicas=replicas, gpus_per_replica=gpus_per_replica,
         gpu_model=gpu_model if gpus_per_replica else "", cpu_per_replica=cpu_per_replica,
         memory_mib_per_replica=memory_mib_per_replica, idle_timeout_s=idle_timeout_s,
-        created_by=actor)
+        created_by=actor, api_key=encrypt(secrets.token_urlsafe(32)))
     if _needs_merge(deployment):
         _request_merge(version)
     for index in range(replicas):
@@ -292,7 +316,9 @@ def deployment_start(*, actor, deployment: Deployment) -> Deployment:
     if _needs_merge(deployment):
         _request_merge(deployment.version)
     for replica in replicas:  # a degraded deployment's live replicas go on as they are
-        if replica.job is None or replica.job.state in FINAL_STATES:
+        if replica.failed or replica.job is None or replica.job.state in FINAL_STATES:
+            # A failed replica's job may still run, its server broken: replaced too.
+            replica_stop(actor, replica, "")
             replica.failed, replica.resubmits = False, 0
             replica_submit(actor, deployment, replica, f"started by {actor.get_username()}")
     deployment.active, deployment.scaled_to_zero = True, False

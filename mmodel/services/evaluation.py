@@ -26,6 +26,8 @@ from mmodel.models import Benchmark, Deployment, EvaluationRun, ModelVersion
 from mmodel.models.registry import model_name
 from mmodel.runners.lm_tasks import write_tasks
 from mmodel.services.adapters import is_adapter
+from mmodel.services.deployments import deployment_api_key
+from podsys.drivers.base import ROLE_LABEL, ROLE_MODEL_CLIENT
 from ylink.choices import FINAL_RUN_STATES
 from ylink.services.launch import runner_command
 
@@ -239,12 +241,18 @@ def _endpoint_model(deployment: Deployment, version: ModelVersion, tenant: Tenan
 
 
 def _launch(*, actor, run: EvaluationRun, spec: dict, queue: Queue, gpus: int,
-            memory_mib: int) -> Job:
-    """Like ylink's run_launch, with MModel's run folder: the spec on disk, the job token in
-    the job's secret environment, the job."""
+            memory_mib: int, reads: list[str], endpoint_key: str = "") -> Job:
+    """Like ylink's run_launch, with MModel's run folder: the spec on disk, the job token (and
+    the key of the deployment it scores, which lm-eval's local-completions sends from
+    OPENAI_API_KEY) in the job's secret environment, the job. It sees its run folder and its
+    request cache (read-write) and the folders in `reads`, nothing else of the data
+    directory."""
     folder = storage.absolute(run.folder)
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2))
+    cache = Path(spec["cache"]).parent if spec.get("cache") else None
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
     secret = job_token_new()
     job = job_submit(
         actor=actor, tenant=run.tenant, queue=queue, name=f"evaluation-{run.pk}",
@@ -253,9 +261,12 @@ def _launch(*, actor, run: EvaluationRun, spec: dict, queue: Queue, gpus: int,
         env={"OGAI_URL": settings.OGAI_INTERNAL_URL, "HF_HUB_OFFLINE": "1",
              "TOKENIZERS_PARALLELISM": "false",
              **({} if gpus else {"CUDA_VISIBLE_DEVICES": ""})},
-        secret_env={"OGAI_RUN_TOKEN": secret},
+        secret_env={"OGAI_RUN_TOKEN": secret,
+                    **({"OPENAI_API_KEY": endpoint_key} if endpoint_key else {})},
         gpus_per_replica=gpus, cpu_per_replica=1.0, memory_mib_per_replica=memory_mib,
-        max_restarts=1,
+        max_restarts=1, mounts=storage.data_mounts(reads, write=[folder, cache]),
+        # It calls a deployment's replica itself: the replica's pods must let it in.
+        labels={ROLE_LABEL: ROLE_MODEL_CLIENT} if endpoint_key else None,
     )
     job_token_bind(job=job, secret=secret)
     run.job = job
@@ -323,8 +334,12 @@ def evaluation_start(*, actor, tenant: Tenant, version: ModelVersion,
     }
     run.folder = storage.relative(run_folder)
     run.save(update_fields=["spec", "folder", "updated_at"])
+    # The weights (or the tokenizer an endpoint is scored with) and the benchmarks' files.
+    reads = [str(folder), *([str(base)] if base is not None else []),
+             *(str(storage.absolute(b.data_path).parent) for b in chosen)]
     _launch(actor=actor, run=run, spec=run.spec, queue=queue, gpus=gpus,
-            memory_mib=memory_mib)
+            memory_mib=memory_mib, reads=reads,
+            endpoint_key=deployment_api_key(deployment) if deployment is not None else "")
     audit_record(actor=actor, action="evaluation_run.start", obj=run, tenant=tenant,
                  changes={"version": version.label, "target": target,
                           "benchmarks": [b.name for b in chosen], "limit": limit})

@@ -96,7 +96,8 @@ def test_each_replica_is_a_service_job_and_the_watch_finds_it_ready(farm, world,
         assert job.max_restarts >= 1 and job.owner == world.alpha_member
         assert job.env["HF_HUB_OFFLINE"] == "1" and job.env["OMP_NUM_THREADS"] == "3"
         folder = str(settings.DATA_DIR / deployment.version.artifact_path)
-        assert job.command[:2] == ["transformers", "serve"] and job.command[2] == folder
+        # The image's python runs the launcher that puts the key in front of the server.
+        assert job.command[:2] == ["python", "-c"] and job.command[3:5] == ["serve", folder]
         assert "--continuous-batching" in job.command and "--cb-max-memory-percent" in job.command
     assert state(deployment) == DeploymentState.STARTING
     assert AuditEvent.objects.filter(action="deployment.create",
@@ -392,3 +393,166 @@ def test_a_creator_who_left_stops_the_platform_acting_for_them(farm, world, depl
     assert replica.failed and "can no longer start work in alpha" in replica.message
     deployment_start(actor=world.alpha_admin, deployment=deployment)
     assert replicas_of(deployment)[0].job.owner == world.alpha_admin
+
+
+# -- replicas that run but do not answer ------------------------------------------------------
+
+
+@pytest.fixture
+def health_server(monkeypatch):
+    """A real small HTTP server standing for every replica's process: its /health answers
+    `health_server.status` (503, as a transformers server whose batching worker died). The
+    watch asks it through its real probe, wherever the fake cluster says the replica is."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            status = server.status if self.path == "/health" else 404
+            body = b'{"status": "unhealthy", "reason": "cb_worker_dead"}' if status != 200 \
+                else b'{"status": "ok"}'
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.status = 200
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    real = deployment_watch.probe_health
+    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: real(url))
+    yield server
+    server.shutdown()
+    thread.join(5)
+
+
+def test_a_replica_stuck_unhealthy_is_restarted_after_the_grace_and_recovers(
+        farm, deploy, health_server, settings):
+    settings.OGAI_REPLICA_UNHEALTHY_GRACE_S = 60
+    deployment = deploy()
+    farm.cycle()
+    t0 = timezone.now()
+    deployments_watch(now=t0)
+    stuck = replicas_of(deployment)[0]
+    assert stuck.ready and state(deployment) == DeploymentState.READY
+
+    health_server.status = 503  # the process lives on; its server is broken
+    for seconds in (10, 40, 70):  # unhealthy since +10 s: within the grace until +70
+        deployments_watch(now=t0 + timedelta(seconds=seconds))
+        replica = replicas_of(deployment)[0]
+        assert replica.job_id == stuck.job_id and not replica.ready
+        assert replica.message == "its server's /health answered 503"
+    deployments_watch(now=t0 + timedelta(seconds=71))
+    replica = replicas_of(deployment)[0]
+    stuck.job.refresh_from_db()
+    assert stuck.job.state == JobState.CANCELLED  # its GPUs and port are freed
+    assert replica.job_id != stuck.job_id and replica.job.state == JobState.QUEUED
+    assert "failed its health check for over 60 s" in replica.message
+    assert not replica.failed and replica.resubmits == 1
+    event = AuditEvent.objects.get(action="deployment.restart_replica")
+    assert event.changes["job"] == stuck.job_id
+
+    # The new process is healthy: the deployment is back by itself.
+    health_server.status = 200
+    settle(farm)
+    deployments_watch(now=t0 + timedelta(seconds=80))
+    replica = replicas_of(deployment)[0]
+    assert replica.ready and replica.resubmits == 0
+    assert state(deployment) == DeploymentState.READY
+
+
+def test_a_healthy_replica_is_never_restarted(farm, deploy, health_server, settings):
+    settings.OGAI_REPLICA_UNHEALTHY_GRACE_S = 60
+    deployment = deploy(replicas=2)
+    farm.cycle()
+    jobs = [r.job_id for r in replicas_of(deployment)]
+    t0 = timezone.now()
+    for seconds in (0, 3600, 86400, 30 * 86400):
+        deployments_watch(now=t0 + timedelta(seconds=seconds))
+    # A blip shorter than the grace, twice, 90 s apart: each streak starts afresh.
+    for seconds, status in ((100, 503), (150, 200), (200, 503), (250, 503), (255, 200)):
+        health_server.status = status
+        deployments_watch(now=t0 + timedelta(days=31, seconds=seconds))
+    assert [r.job_id for r in replicas_of(deployment)] == jobs
+    assert state(deployment) == DeploymentState.READY
+    assert not AuditEvent.objects.filter(action="deployment.restart_replica").exists()
+
+
+def test_a_replica_that_never_answers_is_judged_by_the_start_timeout(farm, world, deploy,
+                                                                     health_server, settings):
+    settings.OGAI_REPLICA_UNHEALTHY_GRACE_S = 60
+    settings.OGAI_REPLICA_START_TIMEOUT_S = 600
+    health_server.status = 503  # loading its weights, or never going to
+    deployment = deploy()
+    farm.cycle()
+    t0 = timezone.now()
+    first = replicas_of(deployment)[0].job_id
+    for seconds in (0, 120, 600):  # long past the grace, but it has never answered
+        deployments_watch(now=t0 + timedelta(seconds=seconds))
+        assert replicas_of(deployment)[0].job_id == first
+    assert state(deployment) == DeploymentState.STARTING
+    deployments_watch(now=t0 + timedelta(seconds=601))
+    replica = replicas_of(deployment)[0]
+    assert replica.job_id != first
+    assert "did not answer its health check within 600 s of starting" in replica.message
+
+    # Each new job gets the same time; after MAX_RESUBMITS that never answered, it gives up.
+    clock = t0 + timedelta(seconds=601)
+    for _ in range(MAX_RESUBMITS):
+        settle(farm)
+        deployments_watch(now=clock)
+        clock += timedelta(seconds=601)
+        deployments_watch(now=clock)
+    replica = replicas_of(deployment)[0]
+    assert replica.failed and "gave up" in replica.message
+    assert replica.job.state == JobState.CANCELLED
+    assert state(deployment) == DeploymentState.FAILED
+
+    health_server.status = 200
+    deployment_start(actor=world.alpha_member, deployment=deployment)
+    settle(farm)
+    deployments_watch(now=clock)
+    assert state(deployment) == DeploymentState.READY
+
+
+def test_the_replicas_key_is_in_their_secret_environment_only(farm, world, deploy, api,
+                                                                settings):
+    import json
+
+    from ogai.crypto import decrypt
+
+    settings.OGAI_TRANSFORMERS_IMAGE = "registry.example/serving:5.24"
+    deployment = deploy(replicas=2, idle_timeout_s=0)
+    other = deploy("other")
+    key = decrypt(Deployment.objects.get(pk=deployment.pk).api_key)
+    assert len(key) >= 32 and key != decrypt(Deployment.objects.get(pk=other.pk).api_key)
+    farm.cycle()
+    member = api.as_user(world.alpha_member)
+    for replica in replicas_of(deployment):
+        job = replica.job
+        assert json.loads(decrypt(job.secret_env)) == {"OGAI_REPLICA_API_KEY": key}
+        assert key not in json.dumps([job.command, job.env])
+        for part in ("", "manifests/", "logs/"):
+            shown = member.get(f"/api/v1/aistation/jobs/{job.pk}/{part}")
+            assert shown.status_code == 200, shown.content
+            assert key.encode() not in shown.content, part
+    for viewer in (world.alpha_member, world.alpha_admin, world.operator):
+        client = api.as_user(viewer)
+        for url in ("/api/v1/mmodel/deployments/",
+                    f"/api/v1/mmodel/deployments/{deployment.pk}/"):
+            body = client.get(url)
+            assert body.status_code == 200
+            assert key.encode() not in body.content and b"api_key" not in body.content
+    # A deployment made before replicas had keys gets one at its next start.
+    Deployment.objects.filter(pk=deployment.pk).update(api_key="")
+    deployment_stop(actor=world.alpha_member, deployment=deployment)
+    deployment_start(actor=world.alpha_member, deployment=deployment)
+    fresh = decrypt(Deployment.objects.get(pk=deployment.pk).api_key)
+    assert fresh and fresh != key
+    assert all(json.loads(decrypt(r.job.secret_env)) == {"OGAI_REPLICA_API_KEY": fresh}
+               for r in replicas_of(deployment))

@@ -165,6 +165,14 @@ def test_an_endpoint_is_scored_where_its_server_can_answer(world, api, farm, mak
     assert args["tokenizer"] == str(Path(settings.DATA_DIR) / version.artifact_path)
     assert args["tokenized_requests"] is False
     assert run.spec["cache"].endswith("/endpoint-transformers/requests")
+    # The deployment's key reaches the runner only in its job's secret environment, where
+    # lm-eval's local-completions reads it (OPENAI_API_KEY) for its Authorization header.
+    key = decrypt(Deployment.objects.get(pk=served.pk).api_key)
+    secrets = json.loads(decrypt(run.job.secret_env))
+    assert secrets["OPENAI_API_KEY"] == key and set(secrets) == {"OGAI_RUN_TOKEN",
+                                                                  "OPENAI_API_KEY"}
+    assert key not in json.dumps([run.spec, run.job.command, run.job.env])
+    assert key.encode() not in client.get(f"{RUNS}{run.pk}/").content
 
     vllm = _deployment(world, farm, version, Runtime.VLLM)
     scored = client.post(RUNS, {"version": version.pk, "benchmarks": [mc.pk, ppl.pk],

@@ -21,6 +21,7 @@ from aistation.choices import FINAL_STATES, JobState
 from mmodel.models import EvaluationResult, EvaluationSample
 from mmodel.services.evaluation import evaluation_start
 from mmodel.tests import evaluation_fixtures
+from ogai.crypto import decrypt, encrypt
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -137,15 +138,20 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+SERVER_KEY = "the-tiny-deployments-key"
+
+
 @pytest.fixture
 def served_tiny(tiny_weights, tmp_path):
-    """`transformers serve` answering for the tiny model on a free port."""
+    """`transformers serve` answering for the tiny model on a free port, behind the launcher
+    that requires the deployment's key (SERVER_KEY), as a replica runs it."""
     port = _free_port()
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "transformers"), "serve", str(tiny_weights),
+        [sys.executable, "-m", "mmodel.runners.serve_transformers", "serve", str(tiny_weights),
          "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+             "OGAI_REPLICA_API_KEY": SERVER_KEY},
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
@@ -177,7 +183,8 @@ def test_a_transformers_deployment_is_scored_on_generation(world, farm, tiny_ver
     version = tiny_version(world.alpha)
     _, gen, _ = suites()
     deployment = Deployment.objects.create(tenant=world.alpha, name="tiny", version=version,
-                                           queue=farm.queues["alpha"])
+                                           queue=farm.queues["alpha"],
+                                           api_key=encrypt(SERVER_KEY))
     job = farm.submit("alpha", gpus=0, name="serve")
     type(job).objects.filter(pk=job.pk).update(state=JobState.RUNNING)
     DeploymentReplica.objects.create(deployment=deployment, index=0, job=job, ready=True,
@@ -187,6 +194,11 @@ def test_a_transformers_deployment_is_scored_on_generation(world, farm, tiny_ver
                            deployment=deployment, limit=3)
     spec_path = Path(run.spec["tasks_dir"]).parent / "spec.json"
     env = {k: v for k, v in os.environ.items() if k not in ("OGAI_URL", "OGAI_RUN_TOKEN")}
+    # What the job's processes get besides: the deployment's key, for lm-eval to send.
+    secrets = json.loads(decrypt(run.job.secret_env))
+    env["OPENAI_API_KEY"] = secrets["OPENAI_API_KEY"]
+    assert httpx.post(f"{upstream}/v1/completions", json={"model": served_model, "prompt": "x"})\
+        .status_code == 401  # the server takes nothing without it
     finished = subprocess.run(
         [sys.executable, "-m", "mmodel.runners.evaluate", "--spec", str(spec_path)],
         env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=240)

@@ -30,7 +30,7 @@ from infra_os.models import UsageRecord
 from infra_os.services.tokens import api_token_create, api_token_revoke
 from mmodel.choices import VersionSource, VersionStatus, WeightsFormat
 from mmodel.gateway import app as gateway_app
-from mmodel.gateway import auth, limits, routing
+from mmodel.gateway import auth, context, limits, routing
 from mmodel.gateway.stats import LATENCY_BUCKETS_MS, bucket_index, merge_buckets, percentile
 from mmodel.models import (
     Deployment,
@@ -40,6 +40,9 @@ from mmodel.models import (
     Model,
     ModelVersion,
 )
+from mmodel.runners.serve_transformers import guarded
+from mmodel.tests.tiny import tiny_model
+from ogai.crypto import encrypt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -174,6 +177,7 @@ def fresh_gateway():
     routing.reset()
     auth.forget_credentials()
     limits.reset()
+    context.forget()
     gateway_app.discard()
     yield
     gateway_app.discard()
@@ -199,16 +203,20 @@ def gw(world, farm, stub, platform_server):
         beta = api_token_create(actor=world.beta_member, name="t", expires_at=None).secret
 
         def deploy(self, name, tenant=None, *, upstreams=None, scaled_to_zero=False,
-                   active=True):
+                   active=True, key="", folder="", served_model=None):
+            """`key`: the one its replicas require; `folder`: its weights' (config and
+            tokenizer, for the context check)."""
             tenant = tenant or world.alpha
             model, _ = Model.objects.get_or_create(tenant=tenant, name=name)
             version = ModelVersion.objects.create(
                 model=model, number=model.versions.count() + 1, status=VersionStatus.READY,
-                source=VersionSource.IMPORT, format=WeightsFormat.SAFETENSORS)
+                source=VersionSource.IMPORT, format=WeightsFormat.SAFETENSORS,
+                artifact_path=str(folder))
             creator = world.alpha_member if tenant == world.alpha else world.beta_member
             deployment = Deployment.objects.create(
                 tenant=tenant, name=name, version=version, queue=farm.queues[tenant.name],
-                scaled_to_zero=scaled_to_zero, active=active, created_by=creator)
+                scaled_to_zero=scaled_to_zero, active=active, created_by=creator,
+                api_key=encrypt(key))
             for index, upstream in enumerate(
                     [stub.url] if upstreams is None else upstreams):
                 job = Job.objects.create(
@@ -217,7 +225,7 @@ def gw(world, farm, stub, platform_server):
                     state=JobState.RUNNING)
                 DeploymentReplica.objects.create(
                     deployment=deployment, index=index, job=job, upstream=upstream,
-                    served_model=f"/models/{tenant.name}/{name}", ready=True)
+                    served_model=served_model or f"/models/{tenant.name}/{name}", ready=True)
             routing.reload_now()
             return deployment
 
@@ -350,6 +358,12 @@ def test_bad_requests_are_400_naming_the_field(gw):
     assert (response.status_code, response.json()["error"]["param"]) == (400, "messages")
     response = gw.post("/v1/completions", {"model": "chat"})
     assert (response.status_code, response.json()["error"]["param"]) == (400, "prompt")
+    # Nested past what the gateway could forward (orjson writes 256 levels), and far past it.
+    for depth in (300, 5000):
+        deep = b'{"model": "chat", "prompt": "x", "extra": ' + b"[" * depth + b"]" * depth + b"}"
+        response = httpx.post(f"{gw.url}/v1/completions", content=deep, headers=headers)
+        assert response.status_code == 400, (depth, response.text[:200])
+        assert response.json()["error"]["type"] == "invalid_request_error"
     assert httpx.get(f"{gw.url}/v1/chat/completions", headers=headers).status_code == 405
     assert httpx.get(f"{gw.url}/v1/nothing", headers=headers).status_code == 404
 
@@ -399,8 +413,10 @@ def test_a_name_in_two_of_the_callers_tenants_needs_the_tenant(gw, world):
     assert response.status_code == 400
     assert "beta/chat" in response.json()["error"]["message"]
     answer = gw.client(both).chat.completions.create(
-        model="beta/chat", messages=[{"role": "user", "content": "Hi"}])
-    assert answer.choices[0].message.content == "Hello from /models/beta/chat"
+        model="alpha/chat", messages=[{"role": "user", "content": "Hi"}])
+    assert answer.choices[0].message.content == "Hello from /models/alpha/chat"
+    # In beta `both` is a viewer: it sees beta's model but may not call it.
+    assert gw.post("/v1/chat/completions", chat("beta/chat"), secret=both).status_code == 403
 
 
 def test_no_invalid_revoked_or_expired_token_is_401(gw, world):
@@ -651,3 +667,269 @@ def test_a_deployment_answering_a_long_request_is_in_use_until_it_ends():
     buffer.take()
     assert buffer.take() == ({}, {})  # ended: nothing more to say
     assert not buffer
+
+
+# -- who may spend the tenant's tokens --------------------------------------------------------
+
+
+def test_a_viewers_token_sees_the_models_but_may_not_call_them(gw, world, stub):
+    from django.urls import reverse
+
+    gw.deploy("chat")
+    GatewayLimit.objects.create(tenant=world.alpha, requests_per_minute=2)
+    routing.reload_now()
+    viewer = api_token_create(actor=world.alpha_viewer, name="t", expires_at=None).secret
+    assert [m.id for m in gw.client(viewer).models.list()] == ["chat"]  # reading is theirs
+    for path, body in (("/v1/chat/completions", chat("chat")),
+                       ("/v1/completions", {"model": "chat", "prompt": "Hi"}),
+                       ("/v1/chat/completions", chat("alpha/chat", stream=True))):
+        refused = gw.post(path, body, secret=viewer)
+        assert refused.status_code == 403, path
+        error = refused.json()["error"]
+        assert (error["type"], error["code"]) == ("invalid_request_error",
+                                                  "insufficient_permissions")
+        assert "a viewer reads only" in error["message"] and "token budget" in error["message"]
+    with pytest.raises(openai.PermissionDeniedError):
+        gw.client(viewer).chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "Hi"}])
+    assert stub.seen == []  # nothing reached the replica
+
+    # Members and tenant admins spend it; the viewer's refusals used none of its 2 requests.
+    admin = api_token_create(actor=world.alpha_admin, name="t", expires_at=None).secret
+    assert gw.post("/v1/chat/completions", chat("chat"), secret=admin).status_code == 200
+    assert gw.post("/v1/chat/completions", chat("chat")).status_code == 200
+    gateway_app.flush_sync()
+    assert UsageRecord.objects.filter(tenant=world.alpha).count() == 2
+
+    # The playground says so to a viewer instead of offering a chat the gateway refuses (to
+    # the viewer's session too).
+    from django.middleware.csrf import _get_new_csrf_string
+
+    browser = Client()
+    browser.force_login(world.alpha_viewer)
+    page = browser.get(reverse("frontend:playground")).content.decode()
+    assert "A viewer does not chat" in page and "data-chat-form" not in page
+    csrf = _get_new_csrf_string()
+    session = httpx.post(
+        f"{gw.url}/v1/chat/completions", json=chat("chat"),
+        cookies={"sessionid": browser.cookies["sessionid"].value, "csrftoken": csrf},
+        headers={"Origin": gw.url, "X-CSRFToken": csrf})
+    assert session.status_code == 403
+    assert session.json()["error"]["code"] == "insufficient_permissions"
+    browser.force_login(world.alpha_member)
+    assert "data-chat-form" in browser.get(reverse("frontend:playground")).content.decode()
+
+
+# -- the replicas' key ------------------------------------------------------------------------
+
+
+def _with_health(app):
+    async def served(scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/health":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"status": "ok"}'})
+            return
+        await app(scope, receive, send)
+    return served
+
+
+@pytest.fixture(scope="module")
+def keyed_servers():
+    """Two model servers, each behind the launcher's check (`serve_transformers.guarded`)
+    with its own deployment's key."""
+    seen: list = []
+    servers = {key: _serve(guarded(_with_health(stub_app(seen)), key))
+               for key in ("key-of-alpha", "key-of-beta")}
+    yield seen, {key: served.url for key, served in servers.items()}
+    for served in servers.values():
+        _stop(served)
+
+
+def test_a_replica_answers_only_the_gateway_with_its_deployments_key(gw, world, keyed_servers):
+    seen, urls = keyed_servers
+    seen.clear()
+    replica = urls["key-of-alpha"]
+    gw.deploy("chat", upstreams=[replica], key="key-of-alpha")
+    gw.deploy("other", world.beta, upstreams=[urls["key-of-beta"]], key="key-of-beta")
+
+    # As a job of any tenant that can reach the replica's address would try it.
+    attempts = [{}, {"Authorization": "Bearer key-of-beta"},  # another deployment's key
+                {"Authorization": f"Bearer {gw.alpha}"},  # a platform token of its tenant
+                {"Authorization": "key-of-alpha"}, {"Authorization": "Basic key-of-alpha"},
+                {"X-Api-Key": "key-of-alpha"}, {"Authorization": "Bearer key-of-alph"}]
+    for headers in attempts:
+        for path in ("/v1/chat/completions", "/v1/completions", "/load_model", "/reset",
+                     "/health"):
+            response = httpx.post(f"{replica}{path}", json=chat("/models/alpha/chat"),
+                                  headers=headers)
+            assert response.status_code == 401, (path, headers)
+            assert response.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(f"{replica}/v1/models", headers=headers).status_code == 401
+    assert seen == []
+    # Only the readiness probe's door is open, and it says nothing but its health.
+    assert httpx.get(f"{replica}/health").json() == {"status": "ok"}
+
+    # The gateway sends each deployment's own key.
+    assert gw.post("/v1/chat/completions", chat("chat")).status_code == 200
+    assert gw.post("/v1/completions", {"model": "other", "prompt": "Hi"},
+                   secret=gw.beta).status_code == 200
+    assert [entry["path"] for entry in seen] == ["/v1/chat/completions", "/v1/completions"]
+
+
+def test_a_replica_refusing_the_gateways_key_is_a_502_not_the_callers_401(gw, keyed_servers):
+    _, urls = keyed_servers
+    gw.deploy("chat", upstreams=[urls["key-of-alpha"]], key="a-stale-key")
+    response = gw.post("/v1/chat/completions", chat("chat"))
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_error"
+
+
+# -- prompts longer than the context ----------------------------------------------------------
+
+SENTENCE = "The quick brown fox jumps over the lazy dog. "
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    """A model of 256 positions, with its tokenizer and chat template."""
+    return tiny_model(tmp_path_factory.mktemp("gateway") / "tiny")
+
+
+def _tokens(folder, text) -> int:
+    from tokenizers import Tokenizer
+
+    return len(Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text).ids)
+
+
+def test_a_prompt_longer_than_the_context_is_400_before_any_replica(gw, stub, tiny_folder,
+                                                                     monkeypatch):
+    loads = []
+    real_load = context.load
+    monkeypatch.setattr(context, "load", lambda folder: loads.append(folder) or
+                        real_load(folder))
+    gw.deploy("tiny", folder=tiny_folder)
+    long = SENTENCE * 40  # 680 tokens
+    fits = SENTENCE * 10  # 450 bytes, but 170 tokens: counted, not judged by its bytes
+    assert len(fits.encode()) > 256 and _tokens(tiny_folder, fits) == 170
+    refused = [
+        ("/v1/chat/completions", chat("tiny", long), "messages"),
+        ("/v1/chat/completions", chat("tiny", long, stream=True), "messages"),
+        ("/v1/chat/completions", chat("tiny", "Hi", max_tokens=300), "messages"),
+        ("/v1/chat/completions", chat("tiny", fits, max_completion_tokens=100), "messages"),
+        ("/v1/completions", {"model": "tiny", "prompt": long}, "prompt"),
+        ("/v1/completions", {"model": "tiny", "prompt": ["Hi", long]}, "prompt"),
+        # Token ids: 241 with OpenAI's default of 16 for the completion is one too many.
+        ("/v1/completions", {"model": "tiny", "prompt": [40] * 241}, "prompt"),
+        ("/v1/completions", {"model": "tiny", "prompt": "x" * 300_000}, "prompt"),
+    ]
+    for path, body, param in refused:
+        response = gw.post(path, body)
+        assert response.status_code == 400, (path, response.text[:200])
+        error = response.json()["error"]
+        assert (error["type"], error["param"], error["code"]) == (
+            "invalid_request_error", param, "context_length_exceeded"), path
+        assert error["message"].startswith("This model's maximum context length is 256 tokens")
+    with pytest.raises(openai.BadRequestError) as caught:
+        gw.client().completions.create(model="tiny", prompt=long, max_tokens=8)
+    assert "However, you requested 688 tokens (680 in the prompt, 8 in the completion)" \
+        in caught.value.body["message"]
+    assert stub.seen == []  # none of them reached the replica
+
+    # The deployment serves on, up to the last token that fits.
+    assert gw.post("/v1/chat/completions", chat("tiny", "Hi", max_tokens=16)).status_code == 200
+    assert gw.post("/v1/chat/completions", chat("tiny", fits, max_tokens=32)).status_code == 200
+    assert gw.post("/v1/completions", {"model": "tiny", "prompt": [40] * 240}).status_code \
+        == 200
+    assert gw.post("/v1/completions", {"model": "tiny", "prompt": fits, "max_tokens": 86}) \
+        .status_code == 200  # 170 + 86 = 256
+    assert gw.post("/v1/completions", {"model": "tiny", "prompt": fits, "max_tokens": 87}) \
+        .status_code == 400
+    assert len(stub.seen) == 4
+    assert loads == [str(tiny_folder)]  # its tokenizer, loaded once
+
+
+def test_a_model_without_a_tokenizer_is_not_checked_here(gw, stub, tmp_path):
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 8}')
+    gw.deploy("opaque", folder=tmp_path)
+    response = gw.post("/v1/chat/completions", chat("opaque", SENTENCE * 40))
+    assert response.status_code == 200  # the replica judges it
+    assert len(stub.seen) == 1
+
+
+def test_the_context_follows_the_config_as_vllm_derives_it():
+    assert context.context_limit({"max_position_embeddings": 4096}) == 4096
+    assert context.context_limit({"n_positions": 1024, "n_ctx": 2048}) == 1024
+    assert context.context_limit({"text_config": {"max_position_embeddings": 8192}}) == 8192
+    assert context.context_limit({"max_position_embeddings": 32768, "rope_scaling": {
+        "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}) == 131072
+    assert context.context_limit({"max_position_embeddings": 131072, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0}}) == 131072
+    assert context.context_limit({"hidden_size": 8}) is None
+
+
+@pytest.fixture(scope="module")
+def real_replica(tiny_folder, tmp_path_factory):
+    """The transformers runtime as a replica runs it: `transformers serve` of the tiny model
+    behind the launcher (`python -m mmodel.runners.serve_transformers`), with its key."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    key = "the-real-replicas-key"
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("replica") / "serve.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mmodel.runners.serve_transformers", "serve",
+             str(tiny_folder), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+             "--continuous-batching", "--cb-num-blocks", "16", "--cb-max-batch-tokens", "256"],
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+                 "OGAI_REPLICA_API_KEY": key},
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.3)
+        yield url, key
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_real_replica_answers_only_the_gateway_and_outlives_a_long_prompt(gw, tiny_folder,
+                                                                           real_replica):
+    url, key = real_replica
+    gw.deploy("tiny", upstreams=[url], key=key, folder=tiny_folder,
+              served_model=str(tiny_folder))
+    body = {**chat(str(tiny_folder), "Hi"), "max_tokens": 4}
+    for headers in ({}, {"Authorization": "Bearer another-deployments-key"},
+                    {"Authorization": f"Bearer {gw.alpha}"}):
+        assert httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers) \
+            .status_code == 401
+        # Nor may anyone make it load other weights, or drop its model.
+        assert httpx.post(f"{url}/load_model", json={"model": "/etc"}, headers=headers) \
+            .status_code == 401
+        assert httpx.post(f"{url}/reset", headers=headers).status_code == 401
+    assert httpx.get(f"{url}/health").status_code == 200
+
+    def ask():
+        return gw.client().chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+
+    assert ask().usage.completion_tokens > 0
+    with pytest.raises(openai.BadRequestError) as caught:
+        gw.client().chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": SENTENCE * 40}], max_tokens=4)
+    assert caught.value.body["code"] == "context_length_exceeded"
+    assert ask().usage.completion_tokens > 0  # the next request is served
+    assert httpx.get(f"{url}/health").status_code == 200

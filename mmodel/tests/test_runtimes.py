@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
+from mmodel.runners import serve_transformers
 from mmodel.runtimes import (
     CPU_BATCH_TOKENS,
     MAX_BLOCKS,
@@ -38,7 +39,9 @@ def spec(runtime="transformers", driver="local", folder=Path("/models/m"), **kwa
 def test_transformers_locally_runs_from_the_platforms_interpreter_with_a_bounded_cache(tiny):
     server = spec(folder=tiny, cpu=2.5, memory_mib=1024)
     command = server.command
-    assert command[:4] == [sys.executable, "-m", "transformers.cli.transformers", "serve"]
+    # Behind the launcher that requires the deployment's key, read from the environment.
+    assert command[:4] == [sys.executable, "-m", "mmodel.runners.serve_transformers", "serve"]
+    assert server.key_env == "OGAI_REPLICA_API_KEY" and server.key_env not in server.env
     assert command[4] == str(tiny) and server.served_model == str(tiny)
     assert arg(command, "--host") == "127.0.0.1" and int(arg(command, "--port")) == server.port
     assert arg(command, "--device") == "cpu" and "--continuous-batching" in command
@@ -66,15 +69,21 @@ def test_the_kv_cache_fits_a_share_of_the_replicas_memory(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_transformers_command_is_one_the_installed_cli_accepts(tiny):
-    command = spec(folder=tiny).command
-    # The same program and options, asked for help instead of serving: every option exists.
-    probe = [*command[:4], "--help"]
-    shown = subprocess.run(probe, capture_output=True, text=True, timeout=120,
-                           env={"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
-                                "COLUMNS": "200", "PATH": "/usr/bin:/bin"}).stdout
-    for option in [part for part in command[5:] if part.startswith("--")]:
-        assert option in shown, option
+def test_the_transformers_command_is_one_the_installed_cli_accepts(tiny, settings):
+    settings.OGAI_TRANSFORMERS_IMAGE = "registry.example/serving:5.24"
+    local = spec(folder=tiny).command
+    # In an image: its python runs the launcher's text (here the platform's stands for it).
+    in_image = [sys.executable, *spec(folder=tiny, driver="kubernetes").command[1:]]
+    for command in (local, in_image):
+        # The same program and options, asked for help instead of serving: all exist.
+        probe = [*command[:command.index("serve") + 1], "--help"]
+        shown = subprocess.run(probe, capture_output=True, text=True, timeout=120,
+                               env={"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+                                    "COLUMNS": "200", "PATH": "/usr/bin:/bin",
+                                    "OGAI_REPLICA_API_KEY": "k"}).stdout
+        for option in [part for part in command[command.index("serve") + 2:]
+                       if part.startswith("--")]:
+            assert option in shown, option
 
 
 def test_with_gpus_transformers_uses_cuda_and_a_share_of_gpu_memory():
@@ -87,7 +96,9 @@ def test_with_gpus_transformers_uses_cuda_and_a_share_of_gpu_memory():
 def test_in_an_image_the_server_answers_on_the_fixed_port(settings):
     settings.OGAI_TRANSFORMERS_IMAGE = "registry.example/serving:5.24"
     server = spec(driver="kubernetes")
-    assert server.command[:2] == ["transformers", "serve"]
+    # The image has transformers, not the platform: the launcher comes as its source.
+    assert server.command[:2] == ["python", "-c"] and server.command[3] == "serve"
+    assert server.command[2] == Path(serve_transformers.__file__).read_text()
     assert server.image == "registry.example/serving:5.24"
     assert server.port == SERVER_PORT and arg(server.command, "--host") == "0.0.0.0"  # noqa: S104
 
@@ -108,6 +119,8 @@ def test_vllm_locally_needs_its_own_environment(settings):
                                   "serve"]
     assert arg(server.command, "--served-model-name") == "chat" == server.served_model
     assert arg(server.command, "--tensor-parallel-size") == "2"
+    # Its own key mechanism, from the environment: never `--api-key` on the command line.
+    assert server.key_env == "VLLM_API_KEY" and "--api-key" not in server.command
 
 
 def test_vllm_serves_an_adapter_on_its_base(settings):

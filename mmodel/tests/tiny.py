@@ -50,4 +50,6 @@ def tiny_model(folder: Path, *, seed: int = 0, hidden: int = 32, layers: int = 2
     model = LlamaForCausalLM(config)
     model.generation_config.max_new_tokens = 16
     model.save_pretrained(str(folder), safe_serialization=True)
+    for path in folder.iterdir():  # as the registry records a version (save_pretrained: 0600)
+        path.chmod(0o644)
     return folder
