@@ -10,6 +10,7 @@ from frontend.views import (
     datasets,
     deployments,
     evaluations,
+    invitations,
     jobs,
     leases,
     members,
@@ -28,13 +29,15 @@ from frontend.views import (
     tokens,
     training,
 )
+from ogai.sign_in import ThrottledAuthenticationForm, refused_with_429
 
 app_name = "frontend"
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
-    path("login/", auth_views.LoginView.as_view(
+    path("login/", refused_with_429(auth_views.LoginView.as_view(
         template_name="frontend/login.html", redirect_authenticated_user=True,
-    ), name="login"),
+        authentication_form=ThrottledAuthenticationForm,
+    )), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("switch-tenant/", switcher.switch_tenant, name="switch-tenant"),
     path("tenants/", tenants.tenants, name="tenants"),
@@ -42,6 +45,14 @@ urlpatterns = [
     path("tenants/<slug:name>/edit/", tenants.tenant_edit, name="tenant-edit"),
     path("members/", members.members, name="members"),
     path("members/add/", members.member_add, name="member-add"),
+    path("members/invite/", members.member_invite, name="member-invite"),
+    path("members/invitations/<int:pk>/revoke/", members.invitation_revoke_view,
+         name="invitation-revoke"),
+    path("invitations/", invitations.invitations, name="invitations"),
+    path("invitations/<int:pk>/accept/", invitations.invitation_accept_view,
+         name="invitation-accept"),
+    path("invitations/<int:pk>/decline/", invitations.invitation_decline_view,
+         name="invitation-decline"),
     path("members/<int:pk>/role/", members.member_role, name="member-role"),
     path("members/<int:pk>/remove/", members.member_remove, name="member-remove"),
     path("quotas/", quotas.quotas, name="quotas"),

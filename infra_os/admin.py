@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
+from infra_os.models import ApiToken, AuditEvent, Invitation, Membership, Quota, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -28,6 +28,20 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ["role", "tenant"]
     search_fields = ["user__username", "tenant__name"]
     autocomplete_fields = ["user", "tenant"]
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    list_display = ["username", "tenant", "role", "state", "invited_by", "created_at",
+                    "expires_at"]
+    list_filter = ["state", "role", "tenant"]
+    search_fields = ["username", "tenant__name"]
+    readonly_fields = ["tenant", "username", "role", "invited_by", "expires_at", "state",
+                       "responded_at", "created_at"]
+
+    def has_add_permission(self, request):
+        # Invitations are sent, accepted and declined through the console or API, audited.
+        return False
 
 
 @admin.register(Quota)

@@ -90,3 +90,11 @@ class RatedResource(models.TextChoices):
 class InvoiceState(models.TextChoices):
     DRAFT = "draft", "Draft"
     CLOSED = "closed", "Closed"
+
+
+class InvitationState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ACCEPTED = "accepted", "Accepted"
+    DECLINED = "declined", "Declined"
+    REVOKED = "revoked", "Revoked"
+    EXPIRED = "expired", "Expired"

@@ -5,10 +5,18 @@ from django.core.validators import RegexValidator
 from django.db.models import Q
 from django.utils import timezone
 
-from infra_os.choices import BatchState, InvoiceState, LeaseState, Role, ServerState
+from infra_os.choices import (
+    BatchState,
+    InvitationState,
+    InvoiceState,
+    LeaseState,
+    Role,
+    ServerState,
+)
 from infra_os.models import (
     ApiToken,
     AuditEvent,
+    Invitation,
     Invoice,
     Lease,
     Membership,
@@ -18,9 +26,10 @@ from infra_os.models import (
     Server,
     Tenant,
 )
+from ogai.filters import FilterSet
 
 
-class TenantFilterSet(django_filters.FilterSet):
+class TenantFilterSet(FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
 
     class Meta:
@@ -34,7 +43,7 @@ class TenantFilterSet(django_filters.FilterSet):
         )
 
 
-class MembershipFilterSet(django_filters.FilterSet):
+class MembershipFilterSet(FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     role = django_filters.ChoiceFilter(choices=Role.choices)
@@ -50,7 +59,7 @@ class MembershipFilterSet(django_filters.FilterSet):
         )
 
 
-class QuotaFilterSet(django_filters.FilterSet):
+class QuotaFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
 
     class Meta:
@@ -58,7 +67,7 @@ class QuotaFilterSet(django_filters.FilterSet):
         fields = ["tenant"]
 
 
-class ApiTokenFilterSet(django_filters.FilterSet):
+class ApiTokenFilterSet(FilterSet):
     STATES = (("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked"))
     q = django_filters.CharFilter(field_name="name", lookup_expr="icontains", label="Name")
     state = django_filters.ChoiceFilter(choices=STATES, method="by_state", label="State")
@@ -77,7 +86,28 @@ class ApiTokenFilterSet(django_filters.FilterSet):
         return queryset.filter(live, revoked_at__isnull=True)
 
 
-class AuditEventFilterSet(django_filters.FilterSet):
+class InvitationFilterSet(FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
+    username = django_filters.CharFilter(label="Username")
+    state = django_filters.ChoiceFilter(choices=InvitationState.choices, method="by_state",
+                                        label="State")
+
+    class Meta:
+        model = Invitation
+        fields = ["tenant", "username", "state"]
+
+    def by_state(self, queryset, name, value):
+        # "expired" covers pending invitations past their time, as the answer shows them.
+        now = timezone.now()
+        pending = Q(state=InvitationState.PENDING)
+        if value == InvitationState.PENDING:
+            return queryset.filter(pending, expires_at__gt=now)
+        if value == InvitationState.EXPIRED:
+            return queryset.filter(Q(state=value) | pending & Q(expires_at__lte=now))
+        return queryset.filter(state=value)
+
+
+class AuditEventFilterSet(FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
     tenant = django_filters.CharFilter(field_name="tenant_name", label="Tenant")
     action = django_filters.CharFilter(field_name="action", lookup_expr="startswith")
@@ -96,7 +126,7 @@ class AuditEventFilterSet(django_filters.FilterSet):
         )
 
 
-class LeaseFilterSet(django_filters.FilterSet):
+class LeaseFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     server = django_filters.CharFilter(field_name="server__name", label="Server")
     state = django_filters.ChoiceFilter(choices=LeaseState.choices)
@@ -106,7 +136,7 @@ class LeaseFilterSet(django_filters.FilterSet):
         fields = ["tenant", "server", "state"]
 
 
-class ServerFilterSet(django_filters.FilterSet):
+class ServerFilterSet(FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
     rack = django_filters.CharFilter(field_name="rack__name", label="Rack")
     state = django_filters.ChoiceFilter(choices=ServerState.choices)
@@ -127,7 +157,7 @@ class ServerFilterSet(django_filters.FilterSet):
         return queryset.exclude(mismatches=[]) if value else queryset.filter(mismatches=[])
 
 
-class ProvisioningBatchFilterSet(django_filters.FilterSet):
+class ProvisioningBatchFilterSet(FilterSet):
     state = django_filters.ChoiceFilter(choices=BatchState.choices)
 
     class Meta:
@@ -138,7 +168,7 @@ month_validator = RegexValidator(r"^\d{4}-(0[1-9]|1[0-2])$",
                                  "Give a month as YYYY-MM, e.g. 2026-10.")
 
 
-class InvoiceFilterSet(django_filters.FilterSet):
+class InvoiceFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     month = django_filters.CharFilter(method="by_month", label="Month",
                                       validators=[month_validator],
@@ -154,7 +184,7 @@ class InvoiceFilterSet(django_filters.FilterSet):
         return queryset.filter(month__year=int(year), month__month=int(month))
 
 
-class ReservationFilterSet(django_filters.FilterSet):
+class ReservationFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     gpu_model = django_filters.CharFilter(label="GPU model")
 

@@ -4,10 +4,18 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.utils import timezone
 
 from infra_os.access import is_platform_admin, member_tenant_ids, scope_to_user
-from infra_os.choices import LIVE_LEASE_STATES, RunState, ServerAllocation, ServerState
+from infra_os.choices import (
+    LIVE_LEASE_STATES,
+    InvitationState,
+    Role,
+    RunState,
+    ServerAllocation,
+    ServerState,
+)
 from infra_os.models import (
     ApiToken,
     AuditEvent,
+    Invitation,
     Lease,
     Membership,
     ProvisioningBatch,
@@ -31,6 +39,34 @@ def tenant_list(*, user) -> QuerySet[Tenant]:
 
 def membership_list(*, user) -> QuerySet[Membership]:
     return scope_to_user(Membership.objects.select_related("tenant", "user"), user)
+
+
+def invitation_list(*, user) -> QuerySet[Invitation]:
+    """Invitations addressed to the user, and those of the tenants the user is a tenant admin
+    of (platform admins: all). A tenant's members and viewers do not see its invitations."""
+    queryset = Invitation.objects.select_related("tenant", "invited_by")
+    if is_platform_admin(user):
+        return queryset
+    if not user.is_authenticated:
+        return queryset.none()
+    admin_of = Membership.objects.filter(user=user, role=Role.ADMIN, tenant__is_active=True) \
+        .values("tenant_id")
+    return queryset.filter(Q(username=user.get_username()) | Q(tenant_id__in=admin_of))
+
+
+def invitation_inbox(*, user) -> QuerySet[Invitation]:
+    """Invitations addressed to the user alone: the only ones the user may accept or decline,
+    platform admins included."""
+    if not user.is_authenticated:
+        return Invitation.objects.none()
+    return Invitation.objects.select_related("tenant", "invited_by") \
+        .filter(username=user.get_username())
+
+
+def pending_invitations(*, user) -> QuerySet[Invitation]:
+    """The user's invitations still waiting for an answer."""
+    return invitation_inbox(user=user).filter(state=InvitationState.PENDING,
+                                              expires_at__gt=timezone.now())
 
 
 def quota_list(*, user) -> QuerySet[Quota]:

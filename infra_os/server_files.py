@@ -7,6 +7,7 @@ import json
 from django.core.exceptions import ValidationError
 
 from infra_os.services.servers import IMPORT_COLUMNS
+from ogai import json_input
 
 MAX_BYTES = 2 * 1024 * 1024
 MAX_ROWS = 5000
@@ -58,7 +59,7 @@ def parse_server_file(content: bytes, *, filename: str = "") -> list[dict]:
         raise ValidationError({"file": "The file is not UTF-8 text."}) from None
     if filename.lower().endswith(".json") or text.lstrip().startswith("["):
         try:
-            rows = json.loads(text)
+            rows = json_input.loads(text)
         except json.JSONDecodeError as exc:
             raise ValidationError({"file": f"This is not valid JSON: {exc.msg} at line "
                                    f"{exc.lineno}."}) from None

@@ -20,12 +20,37 @@ def in_networks(address: str | None, networks: list[str]) -> bool:
     return any(ip in ipaddress.ip_network(net, strict=False) for net in networks)
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def client_ip(request) -> str | None:
-    if settings.OGAI_USE_X_FORWARDED_FOR:
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-        if forwarded:
-            return forwarded.split(",")[0].strip() or None
-    return request.META.get("REMOTE_ADDR") or None
+    """The address of whoever sent the request: the one rule for the audit log, the sign-in
+    throttle, /metrics and provisioning callbacks.
+
+    X-Forwarded-For is believed only when OGAI_USE_X_FORWARDED_FOR is on and the connection
+    comes from one of OGAI_TRUSTED_PROXIES. It is then read from its right end, the part the
+    proxies appended, skipping the trusted proxies' own addresses: the first other address is
+    the client. Whatever a client wrote into the header itself lies to the left and is never
+    reached, so a spoofed header changes nothing.
+    """
+    remote = request.META.get("REMOTE_ADDR") or None
+    trusted = settings.OGAI_TRUSTED_PROXIES
+    if not settings.OGAI_USE_X_FORWARDED_FOR or not in_networks(remote, trusted):
+        return remote
+    client = remote
+    for hop in reversed(request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")):
+        hop = hop.strip()
+        if not _is_ip(hop):
+            break  # garbage: keep the last address a trusted hop vouched for
+        client = hop
+        if not in_networks(hop, trusted):
+            break
+    return client
 
 
 class RequestContextMiddleware:

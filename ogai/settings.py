@@ -4,6 +4,7 @@
 hashed static files) and makes SECRET_KEY mandatory; it passes `manage.py check --deploy`.
 """
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -188,15 +189,17 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "ogai.api.pagination.LimitOffsetPagination",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "ogai.api.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_RENDERER_CLASSES": _RENDERERS,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "ogai.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "ogai.api.errors.exception_handler",
+    # `?format=` filters dataset and model versions; as DRF's renderer switch it made every
+    # such filter a 404.
+    "URL_FORMAT_OVERRIDE": None,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-    "DEFAULT_THROTTLE_RATES": {"login": env_str("OGAI_LOGIN_RATE", "20/minute")},
 }
 
 SPECTACULAR_SETTINGS = {
@@ -282,8 +285,27 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = TIME_ZONE
 
-# Behind a reverse proxy, take the client address for the audit log from X-Forwarded-For.
+# Behind a reverse proxy, take the client address (audit log, sign-in throttle, /metrics,
+# provisioning callbacks) from X-Forwarded-For, but only from the proxies named here (CIDRs of
+# their own addresses, never of the clients'): anyone else's header is ignored.
 OGAI_USE_X_FORWARDED_FOR = env_bool("OGAI_USE_X_FORWARDED_FOR", False)
+OGAI_TRUSTED_PROXIES = env_list("OGAI_TRUSTED_PROXIES", [])
+if OGAI_USE_X_FORWARDED_FOR and not OGAI_TRUSTED_PROXIES:
+    raise ImproperlyConfigured(
+        "OGAI_USE_X_FORWARDED_FOR is on: name the proxies whose X-Forwarded-For to believe in "
+        "OGAI_TRUSTED_PROXIES (e.g. 127.0.0.1/32 for a proxy on this host).")
+for _network in OGAI_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"OGAI_TRUSTED_PROXIES: {_network!r} is not an address or a CIDR.") from None
+# Sign-in throttling (API, console and admin alike; counted in the cache): attempts per client
+# address, and failed attempts per username from any address ("N/period": 20/minute, 10/15min).
+OGAI_LOGIN_RATE = env_str("OGAI_LOGIN_RATE", "20/minute")
+OGAI_LOGIN_FAILURE_RATE = env_str("OGAI_LOGIN_FAILURE_RATE", "10/15min")
+# A tenant's invitation can be accepted for this many days.
+OGAI_INVITATION_DAYS = env_int("OGAI_INVITATION_DAYS", 7)
 
 # Cluster drivers by name, like Django's cache backends: a cluster names one of these.
 OGAI_CLUSTER_DRIVERS = {

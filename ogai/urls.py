@@ -3,19 +3,25 @@ from django.http import HttpResponseServerError
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from ogai import health, metrics
 from ogai.api.errors import json_error
+from ogai.sign_in import ThrottledAdminAuthenticationForm, refused_with_429
 
 admin.site.site_header = "OGAI administration"
 admin.site.site_title = "OGAI admin"
 admin.site.index_title = "Operators' administration"
+# The admin's sign-in is throttled like the console's and the API's (ogai.sign_in).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
+    # Before the admin's own URLs, so its sign-in page answers a refusal with a 429.
+    path("admin/login/", refused_with_429(admin.site.login)),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
@@ -25,8 +31,10 @@ urlpatterns = [
     path("api/v1/aistation/", include("aistation.api.urls")),
     path("api/v1/ylink/", include("ylink.api.urls")),
     path("api/v1/mmodel/", include("mmodel.api.urls")),
-    # Anything else under /api/ answers with the error envelope, in DEBUG too.
-    re_path(r"^api/", lambda request, *args: handler404(request)),
+    # Anything else under /api/ answers with the error envelope, in DEBUG too, whatever the
+    # method: exempt from CSRF like the API's views, or a DELETE of a name no route matches
+    # would get the CSRF failure page instead.
+    re_path(r"^api/", csrf_exempt(lambda request, *args: handler404(request))),
     path("", include("frontend.urls")),
 ]
 

@@ -14,6 +14,7 @@ from infra_os.choices import ServerState
 from infra_os.models import (
     ApiToken,
     AuditEvent,
+    Invitation,
     Lease,
     Membership,
     ProvisioningBatch,
@@ -126,6 +127,9 @@ OPERATOR_ONLY = {Server, Rack, ProvisioningProfile, ProvisioningBatch, ClusterUs
 OWNED_OBJECTS = {
     Tenant: lambda tenant, user: tenant,
     Membership: lambda tenant, user: Membership.objects.get(tenant=tenant, user=user),
+    # An invitation of the tenant addressed to the user (who may already belong to it).
+    Invitation: lambda tenant, user: Invitation.objects.create(
+        tenant=tenant, username=user.username, expires_at=datetime(2100, 1, 1, tzinfo=UTC)),
     Quota: lambda tenant, user: tenant.quota,
     ApiToken: lambda tenant, user: ApiTokenFactory(user=user),
     AuditEvent: lambda tenant, user: AuditEventFactory(tenant=tenant),

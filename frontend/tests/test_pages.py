@@ -1,16 +1,19 @@
 """Every console page: who may open it, and what a page and its htmx partial contain."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
-from infra_os.models import ApiToken, AuditEvent
-from tests.factories import AuditEventFactory, MembershipFactory
+from infra_os.models import ApiToken, AuditEvent, Invitation
+from tests.factories import AuditEventFactory, MembershipFactory, TenantFactory
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
-PAGES = ["dashboard", "tenants", "members", "quotas", "tokens", "audit", "clusters", "jobs",
-         "datasets", "pipeline-runs", "training-runs", "models"]
+PAGES = ["dashboard", "tenants", "members", "invitations", "quotas", "tokens", "audit",
+         "clusters", "jobs", "datasets", "pipeline-runs", "training-runs", "models"]
 LIST_PAGES = ["tenants", "members", "quotas", "tokens", "audit"]
-ADMIN_PAGES = ["member-add", "tenant-create", "quota-edit"]
+ADMIN_PAGES = ["member-add", "member-invite", "tenant-create", "quota-edit"]
 
 
 @pytest.mark.parametrize("name", PAGES + ADMIN_PAGES + ["switch-tenant"])
@@ -36,7 +39,7 @@ def test_every_page_renders_for_a_platform_admin(signed_in, world, name):
     assert response.status_code == 200
 
 
-@pytest.mark.parametrize("name", ["member-add", "tenant-create", "quota-edit"])
+@pytest.mark.parametrize("name", ["member-add", "member-invite", "tenant-create", "quota-edit"])
 def test_write_forms_are_refused_to_a_viewer(signed_in, world, name):
     response = signed_in(world.alpha_viewer).get(reverse(f"frontend:{name}"))
     assert response.status_code == 403
@@ -134,6 +137,7 @@ def test_viewers_see_no_write_controls(signed_in, world):
     client = signed_in(world.alpha_viewer)
     members = client.get(reverse("frontend:members")).content
     assert b"Add member" not in members
+    assert b"Invite member" not in members
     assert b"Remove" not in members
     # Tokens are personal: a viewer may hold read-only ones.
     assert b"Create token" in client.get(reverse("frontend:tokens")).content
@@ -174,6 +178,14 @@ def test_error_page_renders_with_only_status_and_title():
 def crowded(world):
     for number in range(30):
         MembershipFactory(tenant=world.alpha, user__username=f"crowd-{number}")
+    # Pending invitations: the members page lists alpha's, the dashboard alpha-admin's own.
+    until = timezone.now() + timedelta(days=7)
+    others = [TenantFactory(name=f"other-{n}") for n in range(5)]
+    Invitation.objects.bulk_create(
+        [Invitation(tenant=world.alpha, username=f"guest-{n}", expires_at=until)
+         for n in range(30)]
+        + [Invitation(tenant=other, username="alpha-admin", expires_at=until) for other in others]
+    )
     AuditEventFactory.create_batch(30, tenant=world.alpha)
     ApiToken.objects.bulk_create(
         ApiToken(user=world.alpha_admin, name=f"t{n}", prefix=f"p{n:04d}", key_hash="x")
@@ -184,7 +196,7 @@ def crowded(world):
 
 
 @pytest.mark.parametrize(("name", "most"), [
-    ("dashboard", 12), ("tenants", 7), ("members", 7), ("quotas", 8), ("tokens", 8), ("audit", 7),
+    ("dashboard", 12), ("tenants", 7), ("members", 8), ("quotas", 8), ("tokens", 8), ("audit", 7),
 ])
 def test_list_pages_pin_their_query_counts(signed_in, crowded, django_assert_max_num_queries,
                                            name, most):

@@ -5,7 +5,12 @@ from django.shortcuts import render
 from aistation.choices import ACTIVE_STATES, JobState
 from aistation.selectors import job_list
 from frontend.access import current_tenant
-from infra_os.selectors import audit_event_list, tenant_counts, tenant_list
+from infra_os.selectors import (
+    audit_event_list,
+    pending_invitations,
+    tenant_counts,
+    tenant_list,
+)
 
 RECENT_EVENTS = 8
 
@@ -29,4 +34,5 @@ def dashboard(request):
         "jobs": jobs,
         "visible_tenants": tenant_list(user=request.user).count(),
         "events": events,
+        "invitations": pending_invitations(user=request.user),
     })

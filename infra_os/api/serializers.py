@@ -8,8 +8,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from infra_os.choices import Role
-from infra_os.models import ApiToken, AuditEvent, Membership, Quota, Tenant
+from infra_os.choices import InvitationState, Role
+from infra_os.models import ApiToken, AuditEvent, Invitation, Membership, Quota, Tenant
 from infra_os.models.tenancy import slug_validator
 from infra_os.selectors import tenant_list
 
@@ -36,10 +36,19 @@ class UserBriefSerializer(serializers.ModelSerializer):
         fields = ["id", "username", "email", "first_name", "last_name"]
 
 
+# A GPU quota of 0 means no GPUs of its own (jobs may still borrow idle ones); CPU and memory
+# quotas of 0 mean no limit, as tenants are made with 0 there.
+CPU_QUOTA_HELP = "CPU cores its jobs may hold at once, on all clusters; 0: no CPU limit."
+MEMORY_QUOTA_HELP = "GiB of memory its jobs may hold at once, on all clusters; 0: no memory limit."
+QUOTA_HELP = {"cpu_cores": {"help_text": CPU_QUOTA_HELP},
+              "memory_gib": {"help_text": MEMORY_QUOTA_HELP}}
+
+
 class QuotaBriefSerializer(serializers.ModelSerializer):
     class Meta:
         model = Quota
         fields = ["gpus", "cpu_cores", "memory_gib", "storage_gib", "gpu_model_limits"]
+        extra_kwargs = QUOTA_HELP
 
 
 class TenantSerializer(serializers.ModelSerializer):
@@ -60,8 +69,8 @@ class TenantCreateSerializer(serializers.Serializer):
     display_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     description = serializers.CharField(required=False, allow_blank=True)
     gpus = serializers.IntegerField(min_value=0, default=0)
-    cpu_cores = serializers.IntegerField(min_value=0, default=0)
-    memory_gib = serializers.IntegerField(min_value=0, default=0)
+    cpu_cores = serializers.IntegerField(min_value=0, default=0, help_text=CPU_QUOTA_HELP)
+    memory_gib = serializers.IntegerField(min_value=0, default=0, help_text=MEMORY_QUOTA_HELP)
     storage_gib = serializers.IntegerField(min_value=0, default=0)
 
 
@@ -88,12 +97,34 @@ class MembershipCreateSerializer(serializers.Serializer):
     password = serializers.CharField(
         required=False, allow_blank=True, default="", write_only=True,
         style={"input_type": "password"},
-        help_text="Only to create a new account for a username that does not exist yet.",
+        help_text="Only to create a new account for a username that does not exist yet. "
+        "Adding members directly is for platform admins; tenant admins send invitations.",
     )
 
 
 class MembershipUpdateSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=Role.choices)
+
+
+class InvitationSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    invited_by = serializers.SlugRelatedField(slug_field="username", read_only=True,
+                                              allow_null=True)
+    state = serializers.ChoiceField(choices=InvitationState.choices, source="status",
+                                    read_only=True)
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "tenant", "username", "role", "state", "invited_by", "created_at",
+                  "expires_at", "responded_at"]
+
+
+class InvitationCreateSerializer(serializers.Serializer):
+    tenant = CallerTenantField()
+    username = serializers.CharField(
+        max_length=150,
+        help_text="The account to invite. The answer is the same whether or not it exists.")
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
 
 
 class QuotaSerializer(serializers.ModelSerializer):
@@ -105,12 +136,14 @@ class QuotaSerializer(serializers.ModelSerializer):
             "id", "tenant", "gpus", "cpu_cores", "memory_gib", "storage_gib",
             "gpu_model_limits", "updated_at",
         ]
+        extra_kwargs = QUOTA_HELP
 
 
 class QuotaUpdateSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(min_value=0, required=False)
-    cpu_cores = serializers.IntegerField(min_value=0, required=False)
-    memory_gib = serializers.IntegerField(min_value=0, required=False)
+    cpu_cores = serializers.IntegerField(min_value=0, required=False, help_text=CPU_QUOTA_HELP)
+    memory_gib = serializers.IntegerField(min_value=0, required=False,
+                                          help_text=MEMORY_QUOTA_HELP)
     storage_gib = serializers.IntegerField(min_value=0, required=False)
     gpu_model_limits = serializers.DictField(
         child=serializers.IntegerField(min_value=0), required=False,

@@ -21,6 +21,7 @@ from infra_os.api.servers import (
 router = SimpleRouter(trailing_slash=True)
 router.register("tenants", views.TenantViewSet, basename="tenant")
 router.register("memberships", views.MembershipViewSet, basename="membership")
+router.register("invitations", views.InvitationViewSet, basename="invitation")
 router.register("quotas", views.QuotaViewSet, basename="quota")
 router.register("api-tokens", views.ApiTokenViewSet, basename="api-token")
 router.register("audit-events", views.AuditEventViewSet, basename="audit-event")

@@ -1,11 +1,10 @@
-from django.contrib.auth import authenticate, login, logout
-from drf_spectacular.utils import extend_schema
+from django.contrib.auth import login, logout
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from infra_os import selectors
@@ -15,9 +14,16 @@ from infra_os.choices import ADMIN_ROLES
 from infra_os.filtersets import (
     ApiTokenFilterSet,
     AuditEventFilterSet,
+    InvitationFilterSet,
     MembershipFilterSet,
     QuotaFilterSet,
     TenantFilterSet,
+)
+from infra_os.services.invitations import (
+    invitation_accept,
+    invitation_create,
+    invitation_decline,
+    invitation_revoke,
 )
 from infra_os.services.quotas import quota_update
 from infra_os.services.tenancy import (
@@ -29,6 +35,7 @@ from infra_os.services.tenancy import (
     tenant_update,
 )
 from infra_os.services.tokens import api_token_create, api_token_revoke
+from ogai.sign_in import SignInThrottled, throttled_authenticate
 
 
 class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
@@ -104,6 +111,49 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scoped
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class InvitationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    """Invitations to join a tenant: those addressed to you, and those of the tenants you are a
+    tenant admin of. Tenant admins invite a username with a role (the answer is the same
+    whether or not the account exists) and revoke; the invited person accepts or declines."""
+
+    selector = selectors.invitation_list
+    output_serializer_class = s.InvitationSerializer
+    input_serializer_classes = {"create": s.InvitationCreateSerializer}
+    filterset_class = InvitationFilterSet
+    write_roles = ADMIN_ROLES
+    # Answering an invitation is the addressee's, whatever their role elsewhere.
+    viewer_actions = ("accept", "decline")
+
+    def get_queryset(self):
+        if self.action in self.viewer_actions:
+            # Only the addressee finds it: anyone else, the tenant's admins too, gets a 404.
+            return selectors.invitation_inbox(user=self.request.user)
+        return super().get_queryset()
+
+    @extend_schema(request=s.InvitationCreateSerializer, responses={201: s.InvitationSerializer})
+    def create(self, request):
+        invitation = invitation_create(actor=request.user, **self.validated_input())
+        return self.respond(invitation, http_status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request, pk=None):
+        invitation_revoke(actor=request.user, invitation=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={201: s.MembershipSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated])
+    def accept(self, request, pk=None):
+        membership = invitation_accept(actor=request.user, invitation=self.get_object())
+        return self.respond(membership, http_status=status.HTTP_201_CREATED,
+                            serializer=s.MembershipSerializer)
+
+    @extend_schema(request=None, responses=s.InvitationSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated])
+    def decline(self, request, pk=None):
+        invitation = invitation_decline(actor=request.user, invitation=self.get_object())
+        return self.respond(invitation)
+
+
 class QuotaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
     """Each tenant's quota. Only platform admins change quotas."""
 
@@ -170,22 +220,31 @@ class MeView(APIView):
 
 
 class LoginView(APIView):
-    """Sign in with a username and password; the answer sets a session cookie."""
+    """Sign in with a username and password; the answer sets a session cookie. Throttled like
+    the console's and the admin's sign-in (`ogai.sign_in`): per client address and, for
+    failures, per username."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
-    throttle_classes = [ScopedRateThrottle]
-    throttle_scope = "login"
 
     def get_authenticate_header(self, request):
         # A wrong password is a 401 (DRF makes it a 403 when a view has no authenticator).
         return 'Bearer realm="api"'
 
-    @extend_schema(request=s.LoginSerializer, responses=s.MeSerializer)
+    @extend_schema(request=s.LoginSerializer, responses={
+        200: s.MeSerializer,
+        429: OpenApiResponse(description="Too many sign-in attempts; Retry-After says when to "
+                                         "try again."),
+    })
     def post(self, request):
         serializer = s.LoginSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        user = authenticate(request, **serializer.validated_data)
+        try:
+            user = throttled_authenticate(request, **serializer.validated_data)
+        except SignInThrottled as exc:
+            refused = Throttled(detail=exc.message)
+            refused.wait = exc.wait_s
+            raise refused from None
         if user is None:
             raise AuthenticationFailed("The username or password is wrong.")
         login(request._request, user)

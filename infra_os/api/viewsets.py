@@ -8,6 +8,7 @@ from rest_framework import status, viewsets
 from rest_framework.response import Response
 
 from infra_os.api.permissions import TenantRolePermission
+from ogai.api.input import refuse_unknown_fields
 
 
 class ScopedViewSet(viewsets.GenericViewSet):
@@ -24,6 +25,7 @@ class ScopedViewSet(viewsets.GenericViewSet):
 
     def validated_input(self, *, partial: bool = False) -> dict:
         serializer = self.get_serializer(data=self.request.data, partial=partial)
+        refuse_unknown_fields(self.request.data, serializer.fields)
         serializer.is_valid(raise_exception=True)
         return serializer.validated_data
 

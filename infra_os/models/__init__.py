@@ -1,5 +1,6 @@
 from infra_os.models.audit import AuditEvent
 from infra_os.models.billing import Invoice, InvoiceLine, PricingPlan, PricingRate, Reservation
+from infra_os.models.invitations import Invitation
 from infra_os.models.leases import Lease
 from infra_os.models.provisioning import (
     ProvisioningBatch,
@@ -14,8 +15,8 @@ from infra_os.models.tokens import ApiToken
 from infra_os.models.usage import UsageRecord
 
 __all__ = [
-    "ApiToken", "AuditEvent", "Bmc", "InventorySnapshot", "Invoice", "InvoiceLine", "Lease",
-    "Membership", "PricingPlan", "PricingRate", "ProvisioningBatch", "ProvisioningProfile",
-    "ProvisioningRun", "ProvisioningStep", "Quota", "Rack", "Reservation", "Server", "Tenant",
-    "UsageRecord",
+    "ApiToken", "AuditEvent", "Bmc", "InventorySnapshot", "Invitation", "Invoice", "InvoiceLine",
+    "Lease", "Membership", "PricingPlan", "PricingRate", "ProvisioningBatch",
+    "ProvisioningProfile", "ProvisioningRun", "ProvisioningStep", "Quota", "Rack", "Reservation",
+    "Server", "Tenant", "UsageRecord",
 ]

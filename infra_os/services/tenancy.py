@@ -2,16 +2,25 @@
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from infra_os.access import forget_roles, require_platform_admin, require_role
+from infra_os.access import (
+    forget_roles,
+    is_platform_admin,
+    require_platform_admin,
+    require_role,
+)
 from infra_os.choices import ADMIN_ROLES, Role
 from infra_os.models import Membership, Quota, Tenant
 from infra_os.services.audit import audit_record
 from ogai.models import assign_changes
 
 TENANT_FIELDS = ("display_name", "description", "is_active")
+DIRECT_ADD_REFUSED = (
+    "Tenant admins add people by invitation: invite them, and they join when they accept. "
+    "Only a platform admin adds an account to a tenant directly."
+)
 
 
 def _validated(instance) -> None:
@@ -83,9 +92,14 @@ def membership_create(
     email: str = "",
     password: str = "",
 ) -> Membership:
-    """Add a user to a tenant. A username that does not exist yet is created as a new account
-    when a password is given."""
+    """Add a user to a tenant directly: platform admins only. A username that does not exist
+    yet is created as a new account when a password is given. Tenant admins invite instead
+    (`invitation_create`): the person joins by accepting."""
     require_role(actor, tenant, ADMIN_ROLES)
+    if not is_platform_admin(actor):
+        # Refused before any account is looked up, in words that name no account: a free name,
+        # another tenant's member and a name that is no account get the same answer.
+        raise PermissionDenied(DIRECT_ADD_REFUSED)
     user_model = get_user_model()
     user = user_model.objects.filter(username=username).first()
     if user is None:

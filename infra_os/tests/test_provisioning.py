@@ -268,6 +268,13 @@ def test_boot_configs_go_once_and_only_to_the_provisioning_networks(
     settings.OGAI_PROVISIONING_NETWORKS = ["10.9.0.0/16"]  # the test client is 127.0.0.1
     assert api.get(BOOT_CONFIG, {"mac": system.macs[0]}).status_code == 404
     assert api.post(CALLBACK, {"token": "x" * 43}, format="json").status_code == 403
+    # A client outside the networks writing an address inside them into X-Forwarded-For is
+    # still outside: only a trusted proxy's header is believed.
+    settings.OGAI_USE_X_FORWARDED_FOR = True
+    settings.OGAI_TRUSTED_PROXIES = ["192.0.2.1/32"]
+    assert api.get(BOOT_CONFIG, {"mac": system.macs[0]},
+                   HTTP_X_FORWARDED_FOR="10.9.1.1").status_code == 404
+    settings.OGAI_USE_X_FORWARDED_FOR = False
     settings.OGAI_PROVISIONING_NETWORKS = ["127.0.0.0/8"]
     first = api.get(BOOT_CONFIG, {"mac": system.macs[0]})
     assert first.status_code == 200

@@ -40,8 +40,8 @@ def test_a_tenant_admin_edits_their_tenant_but_a_member_cannot(api, world):
     assert response.json()["my_role"] == Role.ADMIN
 
 
-def test_a_tenant_admin_adds_and_creates_members(api, world):
-    client = api.as_user(world.alpha_admin)
+def test_a_platform_admin_adds_and_creates_members(api, world):
+    client = api.as_user(world.operator)
     existing = client.post(MEMBERSHIPS, {"tenant": "alpha", "username": "beta-member",
                                          "role": "viewer"}, format="json")
     assert existing.status_code == 201, existing.content
@@ -99,11 +99,17 @@ def test_session_login_through_the_api(client, world, password):
 
 
 def test_list_endpoints_pin_their_query_counts(api, world, django_assert_max_num_queries):
-    client = api.as_user(world.alpha_admin)
     for index in range(10):
-        client.post(MEMBERSHIPS, {"tenant": "alpha", "username": f"extra{index}",
-                                  "password": "A-long-passphrase-9"}, format="json")
+        created = api.as_user(world.operator).post(
+            MEMBERSHIPS, {"tenant": "alpha", "username": f"extra{index}",
+                          "password": "A-long-passphrase-9"}, format="json")
+        assert created.status_code == 201
+        invited = api.as_user(world.alpha_admin).post(
+            "/api/v1/infra-os/invitations/", {"tenant": "alpha", "username": f"guest{index}"},
+            format="json")
+        assert invited.status_code == 201
+    client = api.as_user(world.alpha_admin)
     for url in (TENANTS, MEMBERSHIPS, QUOTAS, "/api/v1/infra-os/api-tokens/",
-                "/api/v1/infra-os/audit-events/"):
+                "/api/v1/infra-os/audit-events/", "/api/v1/infra-os/invitations/"):
         with django_assert_max_num_queries(6):
             assert client.get(url).status_code == 200
