@@ -3,9 +3,10 @@ from django.db.models import Q
 
 from aistation.choices import JobState, QueuePolicy
 from aistation.models import Job, Queue
+from ogai.filters import FilterSet
 
 
-class JobFilterSet(django_filters.FilterSet):
+class JobFilterSet(FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
@@ -23,7 +24,7 @@ class JobFilterSet(django_filters.FilterSet):
         return queryset.filter(query)
 
 
-class QueueFilterSet(django_filters.FilterSet):
+class QueueFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
     policy = django_filters.ChoiceFilter(choices=QueuePolicy.choices)

@@ -1,6 +1,5 @@
 """The console's forms. They check shapes only; the services decide what is allowed."""
 
-import json
 import re
 import shlex
 from datetime import timedelta
@@ -13,6 +12,7 @@ from aistation.choices import QueuePolicy
 from aistation.services.jobs import MAX_TIME_LIMIT_S
 from infra_os.choices import Role
 from infra_os.models.tenancy import slug_validator
+from ogai import json_input
 from podsys.models import Node
 
 MAX_TOKEN_DAYS = 366
@@ -33,8 +33,10 @@ def add_service_errors(form: forms.Form, exc: ValidationError, field_map: dict |
 
 class QuotaFieldsMixin(forms.Form):
     gpus = forms.IntegerField(label="GPUs", min_value=0, initial=0)
-    cpu_cores = forms.IntegerField(label="CPU cores", min_value=0, initial=0)
-    memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=0, initial=0)
+    cpu_cores = forms.IntegerField(label="CPU cores", min_value=0, initial=0,
+                                   help_text="Held by its jobs at once; 0: no CPU limit.")
+    memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=0, initial=0,
+                                    help_text="Held by its jobs at once; 0: no memory limit.")
     storage_gib = forms.IntegerField(label="Storage (GiB)", min_value=0, initial=0)
 
 
@@ -73,6 +75,14 @@ class MemberAddForm(forms.Form):
         required=False, strip=False, widget=forms.PasswordInput(render_value=False),
         help_text="Give one to create a new account; leave empty to add an existing user.",
     )
+
+
+class InvitationForm(forms.Form):
+    username = forms.CharField(
+        max_length=150,
+        help_text="The account to invite. They join when they accept; until then nothing "
+        "changes.")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
 
 class MemberRoleForm(forms.Form):
@@ -290,7 +300,7 @@ class ClusterCreateForm(forms.Form):
         if not text:
             return {}
         try:
-            options = json.loads(text)
+            options = json_input.loads(text)
         except ValueError as exc:
             raise ValidationError(f"Not JSON: {exc}.") from None
         if not isinstance(options, dict):

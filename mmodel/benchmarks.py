@@ -20,6 +20,7 @@ from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
 from mmodel.choices import BenchmarkKind
+from ogai import json_input
 
 MAX_BENCHMARK_BYTES = 64 * 2**20
 MAX_DOCUMENTS = 200_000
@@ -317,7 +318,7 @@ def scan(definition: Definition, data: bytes | IO[bytes] | Iterable[bytes],
         if not raw.strip():
             continue
         try:
-            doc = json.loads(raw)
+            doc = json_input.loads(raw)
         except ValueError as error:
             raise BenchmarkError("file", f"line {line}: not valid JSON ({error}).") from None
         if not isinstance(doc, dict):

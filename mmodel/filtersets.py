@@ -5,9 +5,10 @@ from django.db.models import Q
 
 from mmodel.choices import ImportState, VersionSource, VersionStatus, WeightsFormat
 from mmodel.models import Model, ModelImport, ModelVersion
+from ogai.filters import FilterSet
 
 
-class ModelFilterSet(django_filters.FilterSet):
+class ModelFilterSet(FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
     name = django_filters.CharFilter(label="Name (exact)")
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
@@ -20,7 +21,7 @@ class ModelFilterSet(django_filters.FilterSet):
         return queryset.filter(Q(name__icontains=value) | Q(description__icontains=value))
 
 
-class ModelVersionFilterSet(django_filters.FilterSet):
+class ModelVersionFilterSet(FilterSet):
     model = django_filters.NumberFilter(field_name="model_id", label="Model id")
     model_name = django_filters.CharFilter(field_name="model__name", label="Model name")
     tenant = django_filters.CharFilter(field_name="model__tenant__name", label="Tenant")
@@ -36,7 +37,7 @@ class ModelVersionFilterSet(django_filters.FilterSet):
                   "training_run"]
 
 
-class ModelImportFilterSet(django_filters.FilterSet):
+class ModelImportFilterSet(FilterSet):
     model = django_filters.NumberFilter(field_name="model_id", label="Model id")
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     state = django_filters.ChoiceFilter(choices=ImportState.choices)

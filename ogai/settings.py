@@ -79,6 +79,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A service's refusal in the console: a 403/400 page and one log line, not a traceback.
+    "frontend.middleware.RefusalMiddleware",
 ]
 
 ROOT_URLCONF = "ogai.urls"
@@ -227,7 +229,9 @@ SPECTACULAR_SETTINGS = {
         "TrainingKindEnum": "ylink.choices.TrainingKind",
         "RunnerEventKindEnum": "ylink.choices.RUNNER_EVENT_KINDS",
         "BenchmarkKindEnum": "mmodel.choices.BenchmarkKind",
-        "DeploymentStateEnum": "podsys.choices.DeploymentState",
+        # PODsys' deployment runs and MModel's model deployments both have a `state`.
+        "DeploymentRunStateEnum": "podsys.choices.DeploymentState",
+        "DeploymentStateEnum": "mmodel.choices.DeploymentState",
         "DeploymentTaskStatusEnum": "podsys.choices.TaskStatus",
         # Named once a second `status` choice set (deployment task results) appeared.
         "VersionStatusEnum": "mmodel.choices.VersionStatus",

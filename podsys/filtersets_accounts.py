@@ -2,10 +2,11 @@
 
 import django_filters
 
+from ogai.filters import FilterSet
 from podsys.models import ClusterGroup, ClusterUser
 
 
-class ClusterUserFilterSet(django_filters.FilterSet):
+class ClusterUserFilterSet(FilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
     username = django_filters.CharFilter(lookup_expr="icontains")
 
@@ -14,7 +15,7 @@ class ClusterUserFilterSet(django_filters.FilterSet):
         fields = ["cluster", "username", "is_active"]
 
 
-class ClusterGroupFilterSet(django_filters.FilterSet):
+class ClusterGroupFilterSet(FilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
 
     class Meta:

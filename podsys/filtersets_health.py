@@ -2,11 +2,12 @@
 
 import django_filters
 
+from ogai.filters import FilterSet
 from podsys.choices import CheckSeverity, CheckState
 from podsys.models import HealthCheckRun
 
 
-class HealthCheckRunFilterSet(django_filters.FilterSet):
+class HealthCheckRunFilterSet(FilterSet):
     node = django_filters.NumberFilter(field_name="node_id", label="Node id")
     cluster = django_filters.CharFilter(field_name="node__cluster__name", label="Cluster")
     check_name = django_filters.CharFilter(label="Check")

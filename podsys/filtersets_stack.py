@@ -2,11 +2,12 @@
 
 import django_filters
 
+from ogai.filters import FilterSet
 from podsys.choices import DeploymentKind, DeploymentState, Orchestrator, OsFamily
 from podsys.models import DeploymentRun, StackProfile
 
 
-class StackProfileFilterSet(django_filters.FilterSet):
+class StackProfileFilterSet(FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains")
     os_family = django_filters.ChoiceFilter(choices=OsFamily.choices)
     orchestrator = django_filters.ChoiceFilter(choices=Orchestrator.choices)
@@ -16,7 +17,7 @@ class StackProfileFilterSet(django_filters.FilterSet):
         fields = ["name", "os_family", "orchestrator"]
 
 
-class DeploymentRunFilterSet(django_filters.FilterSet):
+class DeploymentRunFilterSet(FilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
     profile = django_filters.CharFilter(field_name="profile__name", label="Stack profile")
     kind = django_filters.ChoiceFilter(choices=DeploymentKind.choices)

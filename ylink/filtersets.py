@@ -1,11 +1,12 @@
 import django_filters
 from django.db.models import Q
 
+from ogai.filters import FilterSet
 from ylink.choices import DatasetKind, TrainingKind, VersionFormat
 from ylink.models import Dataset, DatasetVersion, PipelineRun, TrainingRun
 
 
-class DatasetFilterSet(django_filters.FilterSet):
+class DatasetFilterSet(FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
     name = django_filters.CharFilter(label="Name (exact)")
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
@@ -19,7 +20,7 @@ class DatasetFilterSet(django_filters.FilterSet):
         return queryset.filter(Q(name__icontains=value) | Q(description__icontains=value))
 
 
-class DatasetVersionFilterSet(django_filters.FilterSet):
+class DatasetVersionFilterSet(FilterSet):
     dataset = django_filters.NumberFilter(field_name="dataset_id", label="Dataset id")
     format = django_filters.ChoiceFilter(choices=VersionFormat.choices)
 
@@ -28,7 +29,7 @@ class DatasetVersionFilterSet(django_filters.FilterSet):
         fields = ["dataset", "format"]
 
 
-class PipelineRunFilterSet(django_filters.FilterSet):
+class PipelineRunFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     dataset = django_filters.NumberFilter(field_name="input_version__dataset_id",
                                           label="Dataset id")
@@ -38,7 +39,7 @@ class PipelineRunFilterSet(django_filters.FilterSet):
         fields = ["tenant", "dataset"]
 
 
-class TrainingRunFilterSet(django_filters.FilterSet):
+class TrainingRunFilterSet(FilterSet):
     q = django_filters.CharFilter(field_name="name", lookup_expr="icontains", label="Search")
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     kind = django_filters.MultipleChoiceFilter(choices=TrainingKind.choices)

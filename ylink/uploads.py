@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from ogai import json_input
 from ylink.choices import DatasetKind
 from ylink.storage import DocumentStats
 
@@ -123,7 +124,7 @@ def _read_jsonl(name: str, chunks: Iterable[bytes], writer: _Writer) -> None:
         where = f"{name} line {number}"
         line = _decode(raw, where)
         try:
-            obj = json.loads(line)
+            obj = json_input.loads(line)
         except json.JSONDecodeError as error:
             raise UploadError(f"{where}: not JSON ({error.msg}).") from None
         writer.document(source=name, number=number, fields=_fields(obj, where, writer.kind))

@@ -13,6 +13,7 @@ from infra_os.api.serializers import CallerTenantField
 from infra_os.choices import WRITE_ROLES
 from infra_os.models import Tenant
 from infra_os.models.tenancy import slug_validator
+from ogai.api.input import RejectUnknownFields
 from podsys.selectors import cluster_list
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -26,17 +27,6 @@ class StrictStringField(serializers.CharField):
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("not_a_string", kind=type(data).__name__)
-        return super().to_internal_value(data)
-
-
-class RejectUnknownFields:
-    """A typo ("replica: 4", "gpu: 2") must not silently run something else."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: "Unknown field." for name in unknown})
         return super().to_internal_value(data)
 
 

@@ -21,6 +21,7 @@ from frontend.forms_ylink import (
 from frontend.lists import list_response
 from frontend.tables_ylink import PipelineRunTable, run_state_badge
 from ylink.choices import FINAL_RUN_STATES, TrainingKind, VersionFormat
+from ylink.filtersets import PipelineRunFilterSet
 from ylink.models import PipelineRun
 from ylink.selectors import dataset_list, dataset_version_list, pipeline_run_list, training_run_list
 from ylink.services.pipelines import check_steps, pipeline_run_cancel, pipeline_run_start
@@ -46,17 +47,20 @@ def pipeline_runs(request):
     """The runs, newest first; `?dataset=<id>` keeps those that read that dataset."""
     queryset = _current_runs(request)
     dataset = None
-    asked = request.GET.get("dataset", "")
-    if asked.isdigit():
-        queryset = queryset.filter(input_version__dataset_id=int(asked))
+    # The API's FilterSet reads the id, so one past what the database holds is no filter
+    # rather than an overflow.
+    runs = PipelineRunFilterSet({"dataset": request.GET.get("dataset", "")}, queryset=queryset)
+    asked = runs.form.cleaned_data.get("dataset") if runs.is_valid() else None
+    if asked is not None:
+        queryset = runs.qs
         dataset = _tenant_scoped(request, dataset_list(user=request.user)).filter(
-            pk=int(asked)).first()
+            pk=asked).first()
     return list_response(
         request,
         template="frontend/ylink/pipelines/list.html",
         table_class=PipelineRunTable,
         queryset=queryset,
-        context={"filtered_dataset": dataset, "filtered": asked.isdigit()},
+        context={"filtered_dataset": dataset, "filtered": asked is not None},
     )
 
 

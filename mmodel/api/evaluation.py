@@ -40,13 +40,14 @@ from mmodel.services.evaluation import (
     evaluation_start,
 )
 from mmodel.services.evaluation_events import EVENT_KINDS, evaluation_events_apply
+from ogai.filters import FilterSet
 
 MAX_PAIRS = 200
 
 # Filters ---------------------------------------------------------------------------------------
 
 
-class BenchmarkFilterSet(django_filters.FilterSet):
+class BenchmarkFilterSet(FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
     kind = django_filters.ChoiceFilter(choices=BenchmarkKind.choices)
     tenant = django_filters.CharFilter(method="of_tenant",
@@ -65,7 +66,7 @@ class BenchmarkFilterSet(django_filters.FilterSet):
         return queryset.filter(Q(tenant__name=value) | Q(tenant__isnull=True))
 
 
-class EvaluationRunFilterSet(django_filters.FilterSet):
+class EvaluationRunFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
     version = django_filters.NumberFilter(field_name="version_id", label="Model version id")
     model = django_filters.NumberFilter(field_name="version__model_id", label="Model id")
@@ -181,7 +182,9 @@ class EvaluationRunStartSerializer(RejectUnknownFields, serializers.Serializer):
 class BenchmarkSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     shared = serializers.SerializerMethodField()
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # Null on the shared ones the platform ships.
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True,
+                                              allow_null=True)
 
     class Meta:
         model = Benchmark

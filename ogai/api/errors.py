@@ -9,7 +9,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import (
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
@@ -62,6 +67,20 @@ def exception_handler(exc: Exception, context: dict) -> Response:
                      f"The request body is larger than the limit of {limit} bytes."),
             status=status.HTTP_400_BAD_REQUEST,
         )
+    if isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
+        # Django's guards against a body of countless fields; the request, not the server,
+        # is at fault.
+        what, limit = (("files", settings.DATA_UPLOAD_MAX_NUMBER_FILES)
+                       if isinstance(exc, TooManyFilesSent)
+                       else ("fields", settings.DATA_UPLOAD_MAX_NUMBER_FIELDS))
+        return Response(
+            envelope(f"too_many_{what}", f"The request has more than {limit} {what}."),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        logger.warning("Refused a suspicious request: %s", exc)
+        return Response(envelope("bad_request", "The request is not valid."),
+                        status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
         return _validation_response(_field_errors(detail))

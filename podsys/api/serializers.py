@@ -7,7 +7,8 @@ from podsys.models import Cluster, Node
 
 
 class ClusterSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # Null on a cluster shared by every tenant.
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     node_count = serializers.IntegerField(read_only=True)
     gpu_count = serializers.IntegerField(read_only=True, allow_null=True)
 
