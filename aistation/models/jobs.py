@@ -25,6 +25,13 @@ class Job(TimeStampedModel):
     priority = models.IntegerField(default=0)
 
     image = models.CharField(max_length=500, blank=True)
+    # The named environment its command runs in, where the cluster offers several (a local
+    # cluster's Python environments, a Kubernetes cluster's named images); blank: the
+    # cluster's default.
+    environment = models.CharField(max_length=100, blank=True)
+    # The working folder shipped with it, unpacked as its processes' working directory.
+    workdir = models.ForeignKey("aistation.Workdir", null=True, blank=True,
+                                on_delete=models.PROTECT, related_name="jobs")
     command = models.JSONField()
     env = models.JSONField(default=dict, blank=True)
     gpus_per_replica = models.PositiveIntegerField(default=0)

@@ -18,6 +18,12 @@ def job_checkpoint_dir(job: Job) -> Path:
     return Path(settings.DATA_DIR) / "jobs" / folder / "checkpoints"
 
 
+def workdir_archive_path(tenant_id: int, sha256: str) -> Path:
+    """Where a tenant's working-folder archive is kept: under the data directory (the
+    artifacts volume on Kubernetes), named by its content."""
+    return Path(settings.DATA_DIR) / "workdirs" / str(tenant_id) / f"{sha256}.tar.gz"
+
+
 def workload_id(job_id: int, attempt: int) -> str:
     """The attempt's name on its cluster: a DNS-1123 label derived from ids only."""
     return f"job-{job_id}-a{attempt}"
@@ -57,6 +63,9 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
         placement=tuple(attempt.placement),
         env=env,
         image=job.image,
+        environment=job.environment,
+        workdir_archive=str(workdir_archive_path(job.tenant_id, job.workdir.sha256))
+        if job.workdir_id else "",
         checkpoint_dir=str(checkpoint_dir),
         labels={**job.labels, "ogai.job": str(job.pk), "ogai.attempt": str(attempt.number),
                 "ogai.tenant": job.tenant.name},

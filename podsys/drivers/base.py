@@ -94,6 +94,12 @@ class Workload:
     placement: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     image: str = ""
+    # The named environment the command runs in (`environments()`); "" for the default.
+    environment: str = ""
+    # The working folder shipped with the job: the path of its archive (a gzip tar) on the
+    # platform's disk, the artifacts volume on Kubernetes; unpacked into the run folder before
+    # the command starts. "" for none.
+    workdir_archive: str = ""
     run_dir: str = ""
     checkpoint_dir: str = ""
     ports: tuple[int, ...] = ()
@@ -111,6 +117,19 @@ class Workload:
     # Environment the processes get that no file, object or page may show in clear text
     # (tokens); drivers keep only the names.
     secret_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnvironmentInfo:
+    """A named environment a cluster offers jobs: a Python environment on the local machine
+    (`where`: its prefix), an image on Kubernetes (`where`: the image), with the Python and
+    torch versions it holds where known ("" when not, or torch absent)."""
+
+    name: str
+    where: str = ""
+    python: str = ""
+    torch: str = ""
+    default: bool = False
 
 
 class Phase(enum.StrEnum):
@@ -199,6 +218,16 @@ class ClusterDriver(ABC):
         the cluster's retention; return how many. Drivers whose workloads leave nothing behind
         do nothing."""
         return 0
+
+    def environments(self) -> list[EnvironmentInfo]:
+        """The named environments a job may ask for (`Workload.environment`), the default
+        first; none where the driver offers no choice."""
+        return []
+
+    def render(self, workload: Workload) -> str:
+        """What launching the workload would run, as text a person reads (YAML), sending
+        nothing to the cluster. DriverError when it could not be launched as it is."""
+        raise DriverError(f"cluster {self.cluster} cannot show what a workload would run")
 
     def endpoint(self, handle: str) -> str | None:
         """Where a service workload answers (`http://host:port`), or None."""
