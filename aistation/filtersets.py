@@ -2,7 +2,7 @@ import django_filters
 from django.db.models import Q
 
 from aistation.choices import JobState, QueuePolicy
-from aistation.models import Job, Queue
+from aistation.models import Job, Queue, Workdir
 from ogai.filters import FilterSet
 
 
@@ -32,3 +32,16 @@ class QueueFilterSet(FilterSet):
     class Meta:
         model = Queue
         fields = ["tenant", "cluster", "policy", "is_active"]
+
+
+class WorkdirFilterSet(FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__name", label="Tenant")
+    sha256 = django_filters.CharFilter(method="by_sha256", label="SHA-256")
+
+    class Meta:
+        model = Workdir
+        fields = ["tenant", "sha256"]
+
+    def by_sha256(self, queryset, name, value):
+        # Kept in lowercase hex; exact, so the (tenant, sha256) index answers.
+        return queryset.filter(sha256=value.strip().lower())

@@ -5,7 +5,7 @@ from collections import defaultdict
 from django.db.models import Count, F, Q, QuerySet, Sum
 
 from aistation.choices import ACTIVE_STATES, JobState
-from aistation.models import Job, Notebook, Queue
+from aistation.models import Job, Notebook, Queue, Workdir
 from infra_os.access import scope_to_user
 from infra_os.choices import ADMIN_ROLES
 from infra_os.models import Membership
@@ -23,7 +23,7 @@ def queue_list(*, user) -> QuerySet[Queue]:
 
 def job_list(*, user) -> QuerySet[Job]:
     return scope_to_user(
-        Job.objects.select_related("tenant", "queue", "cluster", "owner"), user
+        Job.objects.select_related("tenant", "queue", "cluster", "owner", "workdir"), user
     )
 
 
@@ -52,3 +52,8 @@ def notebook_list(*, user) -> QuerySet[Notebook]:
                                                              "queue__cluster", "job"),
         user,
     ).filter(own_or_admin)
+
+
+def workdir_list(*, user) -> QuerySet[Workdir]:
+    """The working folders of the caller's tenants."""
+    return scope_to_user(Workdir.objects.select_related("tenant"), user)

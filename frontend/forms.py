@@ -5,6 +5,7 @@ import shlex
 from datetime import timedelta
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
@@ -134,6 +135,8 @@ class ApiTokenCreateForm(forms.Form):
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The job services' error keys that differ from the form's field names.
 JOB_SUBMIT_FIELD_MAP = {
+    "archive": "workdir_archive",
+    "sha256": "workdir_archive",
     "resources.gpus": "gpus_per_replica",
     "resources.gpu_model": "gpu_model",
     "resources.cpu": "cpu_per_replica",
@@ -162,6 +165,18 @@ class JobSubmitForm(forms.Form):
     image = forms.CharField(max_length=500, required=False,
                             help_text="A container image; clusters that run local processes "
                             "ignore it.")
+    environment = forms.CharField(
+        max_length=100, required=False,
+        help_text="The cluster's named environment the command runs in (a Python environment "
+        "on a local cluster); empty: its default.")
+    workdir_archive = forms.FileField(
+        label="Working folder", required=False,
+        widget=forms.FileInput(attrs={"accept": ".tar.gz,.tgz,.zip"}),
+        help_text="The folder the command runs in, as a .tar.gz (`tar czf train.tar.gz -C "
+        "folder .`) or a .zip of files and folders (no links); code and small files only, "
+        "data goes through datasets.")
+    # A copy of a job keeps its working folder unless another archive is uploaded.
+    workdir = forms.ModelChoiceField(queryset=None, required=False, widget=forms.HiddenInput)
     gpus_per_replica = forms.IntegerField(label="GPUs", min_value=0, max_value=1024, initial=1)
     gpu_model = forms.CharField(label="GPU model", max_length=64, required=False,
                                 help_text="e.g. H100; empty: any model.")
@@ -179,9 +194,12 @@ class JobSubmitForm(forms.Form):
                                       max_value=MAX_TIME_LIMIT_S, required=False,
                                       help_text="Stopped after this long; empty: no limit.")
 
-    def __init__(self, *args, queues, **kwargs):
+    def __init__(self, *args, queues, workdirs, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["queue"].queryset = queues
+        self.fields["workdir"].queryset = workdirs
+        self.fields["workdir_archive"].help_text += (
+            f" At most {settings.OGAI_WORKDIR_MAX_MB} MiB (OGAI_WORKDIR_MAX_MB).")
         self.fields["queue"].label_from_instance = lambda queue: (
             f"{queue.name} (cluster {queue.cluster.name})"
         )
@@ -196,7 +214,8 @@ class JobSubmitForm(forms.Form):
         return {
             "name": job.name, "queue": job.queue_id, "command": shlex.join(job.command),
             "env": "\n".join(f"{key}={value}" for key, value in job.env.items()),
-            "image": job.image, "gpus_per_replica": job.gpus_per_replica,
+            "image": job.image, "environment": job.environment, "workdir": job.workdir_id,
+            "gpus_per_replica": job.gpus_per_replica,
             "gpu_model": job.gpu_model, "cpu_per_replica": job.cpu_per_replica,
             "memory_mib_per_replica": job.memory_mib_per_replica, "replicas": job.replicas,
             "priority": job.priority, "max_restarts": job.max_restarts,
@@ -338,9 +357,12 @@ class NotebookStartForm(forms.Form):
     memory_mib = forms.IntegerField(label="Memory (MiB)", min_value=1,
                                     max_value=16 * 1024 * 1024, initial=4096)
 
-    def __init__(self, *args, queues, **kwargs):
+    def __init__(self, *args, queues, workdirs, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["queue"].queryset = queues
+        self.fields["workdir"].queryset = workdirs
+        self.fields["workdir_archive"].help_text += (
+            f" At most {settings.OGAI_WORKDIR_MAX_MB} MiB (OGAI_WORKDIR_MAX_MB).")
         self.fields["queue"].label_from_instance = lambda queue: (
             f"{queue.name} (cluster {queue.cluster.name})"
         )

@@ -356,6 +356,9 @@ OGAI_SCHEDULER_PROMOTE_MAX_S = env_float_or_none("OGAI_SCHEDULER_PROMOTE_MAX_S")
 # files a zip may hold.
 OGAI_DATASET_MAX_UPLOAD_MIB = env_int("OGAI_DATASET_MAX_UPLOAD_MIB", 2048)
 OGAI_DATASET_MAX_FILES = env_int("OGAI_DATASET_MAX_FILES", 10000)
+# Working folders shipped with jobs: the largest archive, and the most its files may unpack to
+# (MiB). Code and small files ship with a job; data goes through datasets.
+OGAI_WORKDIR_MAX_MB = env_int("OGAI_WORKDIR_MAX_MB", 200)
 
 # How long /readyz waits for a worker to answer its health task.
 OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))

@@ -9,7 +9,7 @@ from datetime import UTC, date, datetime
 import pytest
 from django.urls import reverse
 
-from aistation.models import Job, Notebook, Queue
+from aistation.models import Job, Notebook, Queue, Workdir
 from infra_os.choices import ServerState
 from infra_os.models import (
     ApiToken,
@@ -141,6 +141,9 @@ OWNED_OBJECTS = {
     Queue: lambda tenant, user: QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant)),
     Job: lambda tenant, user: JobFactory(
         queue=QueueFactory(tenant=tenant, cluster=_tenant_cluster(tenant)), owner=user),
+    Workdir: lambda tenant, user: Workdir.objects.get_or_create(
+        tenant=tenant, sha256=f"{tenant.pk:064x}", defaults={"size_bytes": 1,
+                                                            "created_by": user})[0],
     PricingPlan: lambda tenant, user: _tenant_plan(tenant),
     Reservation: lambda tenant, user: Reservation.objects.create(
         tenant=tenant, gpu_model="H100", gpus=1, starts_on=date(2026, 10, 1)),

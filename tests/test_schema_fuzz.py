@@ -26,6 +26,8 @@ from drf_spectacular.renderers import OpenApiJsonRenderer
 from aistation.models import Notebook
 from aistation.services.jobs import job_submit
 from aistation.services.queues import queue_create
+from aistation.services.workdirs import workdir_upload
+from aistation.tests.archives import TRAIN, tar_gz
 from infra_os.choices import ServerState
 from infra_os.models import Lease, Server
 from infra_os.models.billing import Invoice, Reservation
@@ -90,7 +92,7 @@ def _openapi() -> dict:
 
 def _seed(world) -> None:
     """One of everything a member of alpha can see: a shared fake cluster with alpha's queue,
-    a job, a notebook, a dataset with a version, runs, a model with a version, the shipped
+    a working folder and a job shipping it, a notebook, a dataset with a version, runs, a model with a version, the shipped
     benchmarks (shared, of no one), an evaluation, a deployment, a health check, billing rows."""
     alpha, member = world.alpha, world.alpha_member
     shared = Cluster.objects.create(name="shared-farm", driver="fake",
@@ -99,9 +101,11 @@ def _seed(world) -> None:
     own = ClusterFactory(name="alpha-farm", tenant=alpha)
     cluster_sync_nodes(cluster=own)
     queue = queue_create(actor=world.operator, tenant=alpha, name="default", cluster=shared)
+    workdir, _ = workdir_upload(actor=member, tenant=alpha,
+                                archive=SimpleUploadedFile("train.tar.gz", tar_gz(TRAIN)))
     job_submit(actor=member, tenant=alpha, queue=queue, name="train",
                command=["python", "train.py"], env={}, gpus_per_replica=1, replicas=1,
-               priority=0, max_restarts=0)
+               priority=0, max_restarts=0, workdir=workdir)
     Notebook.objects.create(tenant=alpha, owner=member, name="explore", queue=queue)
     dataset = dataset_create(actor=member, tenant=alpha, name="corpus")
     version = dataset_upload(actor=member, dataset=dataset, upload=SimpleUploadedFile(

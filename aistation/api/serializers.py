@@ -5,7 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from aistation.choices import QueuePolicy
-from aistation.models import Attempt, Job, JobEvent, Notebook, Queue
+from aistation.models import Attempt, Job, JobEvent, Notebook, Queue, Workdir
 from aistation.services.jobs import MAX_TIME_LIMIT_S
 from aistation.services.notebooks import idle_timeout_s, notebook_gpu_hours, notebook_state
 from infra_os.access import role_in
@@ -82,6 +82,13 @@ class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=0)
     time_limit_s = serializers.IntegerField(min_value=1, max_value=MAX_TIME_LIMIT_S,
                                             required=False, allow_null=True, default=None)
+    workdir = serializers.IntegerField(
+        min_value=1, max_value=2**63 - 1, required=False, allow_null=True, default=None,
+        help_text="The id of a working folder of the tenant (`/workdirs/`), unpacked as the "
+        "job's working directory; null: an empty one.")
+    environment = serializers.CharField(
+        max_length=100, allow_blank=True, default="",
+        help_text="The named environment the command runs in; empty: the cluster's default.")
 
     def validate_env(self, env: dict) -> dict:
         bad = [name for name in env if not ENV_NAME.match(name)]
@@ -94,8 +101,15 @@ class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
         # An omitted `resources` arrives as its bare default ({}), not through its fields.
         resources = {name: field.default for name, field in ResourcesSerializer().fields.items()}
         resources.update(attrs.pop("resources"))
+        workdir = None
+        if attrs.get("workdir") is not None:
+            # Another tenant's folder is as unknown as a missing one.
+            workdir = Workdir.objects.filter(pk=attrs["workdir"], tenant=tenant).first()
+            if workdir is None:
+                raise serializers.ValidationError(
+                    {"workdir": f"No such working folder in tenant {tenant.name}."})
         return {
-            **attrs, "tenant": tenant, "queue": queue,
+            **attrs, "tenant": tenant, "queue": queue, "workdir": workdir,
             "gpus_per_replica": resources["gpus"], "gpu_model": resources["gpu_model"],
             "cpu_per_replica": resources["cpu"], "memory_mib_per_replica":
             resources["memory_mib"],
@@ -117,20 +131,67 @@ class JobEventSerializer(serializers.ModelSerializer):
         fields = ["created_at", "from_state", "to_state", "reason", "attempt"]
 
 
+class WorkdirFileSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="Relative to the folder, with `/` between names.")
+    size = serializers.IntegerField(help_text="Bytes.")
+
+
+class WorkdirSerializer(serializers.ModelSerializer):
+    """A working folder: its archive's SHA-256 (its id for clients), size and files."""
+
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    files = WorkdirFileSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Workdir
+        fields = ["id", "tenant", "sha256", "size_bytes", "unpacked_bytes", "file_count",
+                  "files", "created_at"]
+
+
+class WorkdirBriefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Workdir
+        fields = ["id", "sha256", "size_bytes", "file_count"]
+
+
+class WorkdirUploadSerializer(RejectUnknownFields, serializers.Serializer):
+    tenant = CallerTenantField(required=False, help_text="Needed when you are in several.")
+    archive = serializers.FileField(
+        allow_empty_file=True, help_text="The folder as a gzip-compressed tar of files and "
+        "folders only (no links), e.g. `tar czf folder.tar.gz -C folder .`; a zip is made "
+        "into one.")
+    sha256 = serializers.RegexField(
+        r"^[0-9a-fA-F]{64}$", required=False, allow_blank=True, default="",
+        help_text="The SHA-256 of the bytes sent, as hex: a different one is refused.")
+
+    def validate(self, attrs):
+        tenant = caller_tenant(self.context["request"].user, attrs.get("tenant"), "upload to")
+        return {**attrs, "tenant": tenant}
+
+
+class WorkdirLimitsSerializer(serializers.Serializer):
+    max_bytes = serializers.IntegerField(
+        help_text="The largest archive, and the most its files may unpack to (bytes; the "
+        "setting OGAI_WORKDIR_MAX_MB).")
+
+
 class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
     queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     resources = serializers.SerializerMethodField()
+    workdir = WorkdirBriefSerializer(read_only=True, allow_null=True,
+                                     help_text="The working folder it ships; null: none.")
 
     class Meta:
         model = Job
         fields = [
             "id", "name", "tenant", "queue", "cluster", "owner", "state", "reason", "position",
-            "priority", "image", "command", "env", "resources", "replicas", "max_restarts",
-            "time_limit_s", "restarts", "exit_code", "placement", "borrowed", "attained_gpu_s",
-            "waited_s", "created_at", "queued_at", "started_at", "finished_at", "rerun_of",
+            "priority", "image", "environment", "workdir", "command", "env", "resources",
+            "replicas", "max_restarts", "time_limit_s", "restarts", "exit_code", "placement",
+            "borrowed", "attained_gpu_s", "waited_s", "created_at", "queued_at", "started_at",
+            "finished_at", "rerun_of",
         ]
 
     @extend_schema_field(ResourcesSerializer)

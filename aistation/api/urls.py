@@ -6,6 +6,7 @@ router = SimpleRouter(trailing_slash=True)
 router.register("queues", views.QueueViewSet, basename="queue")
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("notebooks", views.NotebookViewSet, basename="notebook")
+router.register("workdirs", views.WorkdirViewSet, basename="workdir")
 
 app_name = "aistation-api"
 urlpatterns = router.urls

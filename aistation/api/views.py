@@ -1,15 +1,20 @@
 from django.core.exceptions import ValidationError
 from django.db.models import Q
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from django.http import FileResponse, Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from aistation import selectors
 from aistation.api import serializers as s
+from aistation.api.authentication import HasJobToken, JobTokenAuthentication
 from aistation.choices import JobState
-from aistation.filtersets import JobFilterSet, QueueFilterSet
-from aistation.models import Notebook
+from aistation.filtersets import JobFilterSet, QueueFilterSet, WorkdirFilterSet
+from aistation.models import Job, Notebook, Workdir
 from aistation.services.jobs import job_cancel, job_rerun, job_submit
 from aistation.services.manifests import job_manifests
 from aistation.services.notebooks import (
@@ -21,6 +26,9 @@ from aistation.services.notebooks import (
     notebooks_gpu_hours,
 )
 from aistation.services.queues import queue_create, queue_update
+from aistation.services.workdirs import check_workdir_size, workdir_max_bytes, workdir_upload
+from aistation.services.workloads import workdir_archive_path
+from infra_os.api.permissions import TenantRolePermission
 from infra_os.api.viewsets import ScopedViewSet
 from infra_os.choices import ADMIN_ROLES
 from podsys.drivers.base import DriverError
@@ -127,6 +135,77 @@ class JobViewSet(mixins.ListModelMixin, ScopedViewSet):
         job = self.get_object()
         return self.respond({"yaml": job_manifests(job=job)},
                             serializer=s.JobManifestsSerializer)
+
+
+class GzipRenderer(BaseRenderer):
+    """Lets a client ask for the archive's media type; errors still come as the JSON envelope."""
+
+    media_type = "application/gzip"
+    format = "gz"
+    charset = None
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return JSONRenderer().render(data, renderer_context=renderer_context)
+
+
+class WorkdirViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    """Working folders shipped with jobs: content-addressed archives, kept once per tenant.
+    A client asks for its folder's SHA-256 first (`?sha256=`) and uploads it only when it is
+    not there; a job names it by id."""
+
+    selector = selectors.workdir_list
+    output_serializer_class = s.WorkdirSerializer
+    input_serializer_classes = {"create": s.WorkdirUploadSerializer}
+    filterset_class = WorkdirFilterSet
+
+    @extend_schema(request={"multipart/form-data": s.WorkdirUploadSerializer},
+                   responses={201: s.WorkdirSerializer,
+                              200: OpenApiResponse(s.WorkdirSerializer,
+                                                   description="The tenant already had it.")})
+    def create(self, request):
+        # Refused by its declared size before a byte of it is read.
+        length = request.META.get("CONTENT_LENGTH")
+        check_workdir_size(int(length) if length and length.isdigit() else None)
+        data = self.validated_input()
+        workdir, created = workdir_upload(actor=request.user, tenant=data["tenant"],
+                                          archive=data["archive"], sha256=data["sha256"])
+        return self.respond(workdir, http_status=status.HTTP_201_CREATED if created
+                            else status.HTTP_200_OK)
+
+    @extend_schema(responses=s.WorkdirSerializer)
+    def retrieve(self, request, pk=None):
+        return self.respond(self.get_object())
+
+    @extend_schema(request=None, responses={(200, "application/gzip"): OpenApiResponse(
+        response=OpenApiTypes.BINARY, description="The archive: a gzip-compressed tar.")})
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, GzipRenderer],
+            authentication_classes=[JobTokenAuthentication,
+                                    *api_settings.DEFAULT_AUTHENTICATION_CLASSES],
+            permission_classes=[HasJobToken | TenantRolePermission])
+    def archive(self, request, pk=None):
+        """The archive's bytes, for the tenant's members and for the job token of a job that
+        ships it (a job's init container fetches it so), and for no other job."""
+        if isinstance(request.auth, Job):
+            job = request.auth
+            if not (pk or "").isdigit() or job.workdir_id != int(pk):
+                raise Http404("No such working folder.")
+            workdir = Workdir.objects.get(pk=job.workdir_id)
+        else:
+            workdir = self.get_object()
+        path = workdir_archive_path(workdir.tenant_id, workdir.sha256)
+        try:
+            stream = path.open("rb")
+        except FileNotFoundError:
+            raise Http404("The working folder's archive is gone from the platform's disk; "
+                          "upload the folder again.") from None
+        return FileResponse(stream, content_type="application/gzip", as_attachment=True,
+                            filename=f"workdir-{workdir.sha256[:12]}.tar.gz")
+
+    @extend_schema(responses=s.WorkdirLimitsSerializer)
+    @action(detail=False, methods=["get"])
+    def limits(self, request):
+        """What an archive may be, to check before sending it."""
+        return Response({"max_bytes": workdir_max_bytes()})
 
 
 # What `notebook_state` answers, as a condition on the session's job (for ?state=).

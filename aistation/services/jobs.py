@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
-from aistation.models import Job, JobToken, Queue
+from aistation.models import Job, JobToken, Queue, Workdir
 from aistation.services.transitions import job_transition
 from aistation.triggers import request_cancel, request_cycle
 from infra_os.access import require_role
@@ -111,11 +111,15 @@ def job_submit(
     secret_env: dict[str, str] | None = None,
     mounts: list[DataMount] | None = None,
     labels: dict[str, str] | None = None,
+    workdir: Workdir | None = None,
+    environment: str = "",
 ) -> Job:
     """Queue a job. `secret_env` reaches its processes but is stored encrypted and shown
     nowhere (a notebook's tokens); a `service` runs until stopped, answering on `ports`;
     `mounts` are the data directory's folders its processes may see (the platform's services
-    name them; a request never does), and so are `labels`, its workloads' labels."""
+    name them; a request never does), and so are `labels`, its workloads' labels. `workdir`
+    is the tenant's working folder unpacked as its processes' working directory, and
+    `environment` the cluster's named environment they run in ("": its default)."""
     require_role(actor, tenant, WRITE_ROLES)
     if queue.tenant_id != tenant.pk or not queue.is_active:
         raise ValidationError({"queue": f"No active queue {queue.name!r} in {tenant.name}."})
@@ -123,6 +127,9 @@ def job_submit(
         raise ValidationError({"command": "Give the command as a list of strings."})
     if time_limit_s is not None and not 1 <= time_limit_s <= MAX_TIME_LIMIT_S:
         raise ValidationError({"time_limit_s": "Use 1 second to 30 days."})
+    if workdir is not None and workdir.tenant_id != tenant.pk:
+        # Another tenant's folder is as unknown as a missing one.
+        raise ValidationError({"workdir": f"No such working folder in tenant {tenant.name}."})
     _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model, cpu=cpu_per_replica,
                 memory_mib=memory_mib_per_replica, replicas=replicas)
     _check_sandbox(queue)
@@ -138,15 +145,17 @@ def job_submit(
         service=service, ports=list(ports or []),
         secret_env=encrypt(json.dumps(secret_env)) if secret_env else "",
         mounts=_check_mounts(mounts or []), labels=dict(labels or {}),
+        workdir=workdir, environment=environment,
     )
     # The foreign keys were resolved above and the database enforces the constraints:
     # checking them again here would cost a query each on every submission.
-    job.full_clean(exclude=["tenant", "queue", "cluster", "owner", "rerun_of"],
+    job.full_clean(exclude=["tenant", "queue", "cluster", "owner", "rerun_of", "workdir"],
                    validate_constraints=False)
     job.save()
     job.events.create(from_state="", to_state=JobState.QUEUED, reason=job.reason)
     audit_record(actor=actor, action="job.submit", obj=job, tenant=tenant,
-                 changes={"queue": queue.name, "gpus": job.gpus, "replicas": replicas})
+                 changes={"queue": queue.name, "gpus": job.gpus, "replicas": replicas,
+                          **({"workdir": workdir.sha256} if workdir else {})})
     request_cycle(job.cluster_id)
     return job
 
@@ -170,7 +179,8 @@ def job_cancel(*, actor, job: Job) -> Job:
 
 @transaction.atomic
 def job_rerun(*, actor, job: Job) -> Job:
-    """Submit a finished job again, with the same spec, as a new job."""
+    """Submit a finished job again, with the same spec (its working folder and environment
+    too), as a new job."""
     if job.state not in FINAL_STATES:
         raise ValidationError({"state": f"Job {job.pk} is {job.state}; rerun it once it ends."})
     if JobToken.objects.filter(job=job).exists():
@@ -184,4 +194,5 @@ def job_rerun(*, actor, job: Job) -> Job:
         memory_mib_per_replica=job.memory_mib_per_replica, replicas=job.replicas,
         priority=job.priority, max_restarts=job.max_restarts, time_limit_s=job.time_limit_s,
         rerun_of=job, mounts=[DataMount(**mount) for mount in job.mounts], labels=job.labels,
+        workdir=job.workdir, environment=job.environment,
     )

@@ -10,9 +10,10 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from aistation.choices import ACTIVE_STATES, FINAL_STATES, AttemptState, JobState
-from aistation.selectors import job_list, queue_list
+from aistation.selectors import job_list, queue_list, workdir_list
 from aistation.services.jobs import job_cancel, job_rerun, job_submit
 from aistation.services.manifests import job_manifests
+from aistation.services.workdirs import check_workdir_size, workdir_upload
 from frontend.access import console_access, current_tenant
 from frontend.filters import ConsoleJobFilterSet
 from frontend.forms import JOB_SUBMIT_FIELD_MAP, JobSubmitForm, add_service_errors
@@ -22,6 +23,8 @@ from podsys.drivers.base import DriverError
 from podsys.runtime import driver_for
 
 LOG_TAIL_LINES = 500
+# The job page lists this many of its working folder's files.
+WORKDIR_FILES_SHOWN = 200
 PARTS = {
     "logs": "frontend/jobs/logs.html",
     "status": "frontend/jobs/status.html",
@@ -63,17 +66,19 @@ def job_submit_view(request):
     if request.method != "POST" and not console_access(request).can_write:
         raise PermissionDenied("Viewers cannot submit jobs.")
     queues = _current_queues(request).filter(is_active=True)
-    initial = {}
+    initial, source = {}, None
     copy_of = request.GET.get("from", "")
     if request.method != "POST" and copy_of.isdigit():
         source = get_object_or_404(_current_jobs(request), pk=int(copy_of))
         initial = JobSubmitForm.initial_from(source)
     elif request.GET.get("queue", "").isdigit():
         initial = {"queue": int(request.GET["queue"])}
-    form = JobSubmitForm(request.POST or None, initial=initial, queues=queues)
+    form = JobSubmitForm(request.POST or None, request.FILES or None, initial=initial,
+                         queues=queues, workdirs=workdir_list(user=request.user).filter(
+                             tenant_id=tenant.pk))
     if request.method == "POST" and form.is_valid():
         try:
-            job = job_submit(actor=request.user, tenant=tenant, **form.cleaned_data)
+            job = _submit(request, tenant, form.cleaned_data)
         except ValidationError as exc:
             add_service_errors(form, exc, field_map=JOB_SUBMIT_FIELD_MAP)
         else:
@@ -83,7 +88,20 @@ def job_submit_view(request):
     return render(request, "frontend/jobs/submit.html", {
         "form": form, "has_queues": queues.exists(),
         "copy_of": copy_of if initial and copy_of.isdigit() else "",
+        "kept_workdir": source.workdir if source else None,
     })
+
+
+def _submit(request, tenant, data: dict):
+    """Upload the form's archive (when one came) as the job's working folder, then submit."""
+    data = dict(data)
+    archive = data.pop("workdir_archive")
+    if archive is not None:
+        # Refused by the size the browser declared, with the same words as the API.
+        length = request.META.get("CONTENT_LENGTH", "")
+        check_workdir_size(int(length) if length.isdigit() else None)
+        data["workdir"], _ = workdir_upload(actor=request.user, tenant=tenant, archive=archive)
+    return job_submit(actor=request.user, tenant=tenant, **data)
 
 
 def _choice(raw: str | None, allowed) -> int | None:
@@ -167,6 +185,12 @@ def _manifests_context(job) -> dict:
         return {"job": job, "manifests": "", "manifests_error": " ".join(exc.messages)}
 
 
+def _workdir_context(job) -> dict:
+    files = job.workdir.files if job.workdir_id else []
+    return {"workdir_files": files[:WORKDIR_FILES_SHOWN],
+            "workdir_more": max(0, len(files) - WORKDIR_FILES_SHOWN)}
+
+
 @login_required
 def job_detail_view(request, pk: int):
     """The job's page; `?part=logs` is its log view, `?part=status` its state, attempts and
@@ -184,7 +208,7 @@ def job_detail_view(request, pk: int):
     elif part == "manifests":
         context |= _manifests_context(job)
     else:
-        context |= _status_context(job) | _log_context(request, job)
+        context |= _status_context(job) | _log_context(request, job) | _workdir_context(job)
     response = render(request, PARTS.get(part, "frontend/jobs/detail.html"), context)
     patch_vary_headers(response, ("HX-Request",))
     return response
