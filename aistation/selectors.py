@@ -22,8 +22,10 @@ def queue_list(*, user) -> QuerySet[Queue]:
 
 
 def job_list(*, user) -> QuerySet[Job]:
+    # A working folder's file list can be long: read only where a page shows it.
     return scope_to_user(
-        Job.objects.select_related("tenant", "queue", "cluster", "owner", "workdir"), user
+        Job.objects.select_related("tenant", "queue", "cluster", "owner", "workdir")
+        .defer("workdir__files"), user
     )
 
 

@@ -92,8 +92,9 @@ def _openapi() -> dict:
 
 def _seed(world) -> None:
     """One of everything a member of alpha can see: a shared fake cluster with alpha's queue,
-    a working folder and a job shipping it, a notebook, a dataset with a version, runs, a model with a version, the shipped
-    benchmarks (shared, of no one), an evaluation, a deployment, a health check, billing rows."""
+    a working folder and a job shipping it, a notebook, a dataset with a version, runs, a model
+    with a version, the shipped benchmarks (shared, of no one), an evaluation, a deployment, a
+    health check, billing rows."""
     alpha, member = world.alpha, world.alpha_member
     shared = Cluster.objects.create(name="shared-farm", driver="fake",
                                     options={"nodes": 2, "gpus_per_node": 8})

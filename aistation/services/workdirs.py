@@ -123,6 +123,8 @@ def workdir_upload(*, actor, tenant: Tenant, archive, sha256: str = "") -> tuple
                 converted = _staged_file(staging)
                 zip_to_tar(received, converted, max_bytes=max_bytes)
                 path, digest, size = converted, _hash_file(converted), converted.stat().st_size
+                if size > max_bytes:  # files that compress worse in gzip than in the zip
+                    raise too_large("As a tar, the archive", max_bytes)
             existing = Workdir.objects.filter(tenant=tenant, sha256=digest).first()
             if existing is not None and workdir_archive_path(tenant.pk, digest).exists():
                 return existing, False

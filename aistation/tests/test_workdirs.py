@@ -8,8 +8,10 @@ import stat
 import tarfile
 
 import pytest
+import yaml
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
 
 from aistation.models import Job, Workdir
 from aistation.services.job_tokens import job_token_bind, job_token_new
@@ -320,3 +322,18 @@ def test_members_download_the_archive_as_uploaded(api, world):
     assert "attachment" in response["Content-Disposition"]
     assert client.get(f"{WORKDIRS}{body['id']}/archive/",
                       HTTP_ACCEPT="application/gzip").status_code == 200
+
+
+# The schema ----------------------------------------------------------------------------------
+
+def test_the_openapi_schema_describes_workdirs_without_warnings(tmp_path):
+    target = tmp_path / "schema.yaml"
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(target))
+    paths = yaml.safe_load(target.read_text())["paths"]
+    archive = paths["/api/v1/aistation/workdirs/{id}/archive/"]["get"]
+    assert "application/gzip" in archive["responses"]["200"]["content"]
+    assert {"jobToken": []} in archive["security"]
+    upload = paths["/api/v1/aistation/workdirs/"]["post"]
+    assert "multipart/form-data" in upload["requestBody"]["content"]
+    assert {"200", "201", "400"} <= set(upload["responses"])
+    assert "/api/v1/aistation/workdirs/limits/" in paths
