@@ -40,7 +40,7 @@ def check_workdir_size(size: int | None) -> None:
     """Refuse an upload by its declared size before any of it is read."""
     if size is not None and size > workdir_max_bytes():
         raise ValidationError({"archive": str(too_large(
-            f"The upload ({size / 2**20:.0f} MiB)", workdir_max_bytes()))})
+            f"The upload ({size / 2**20:.1f} MiB)", workdir_max_bytes()))})
 
 
 def _private_folder(path: Path) -> Path:

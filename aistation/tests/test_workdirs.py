@@ -171,6 +171,26 @@ def test_an_archive_past_the_limit_is_refused_naming_the_limit_and_its_setting(
     assert staged(data_dir) == []
 
 
+def test_the_service_stops_reading_at_the_limit(world, settings, data_dir):
+    """Whatever size was declared (a stream has none), reading stops past the limit."""
+    settings.OGAI_WORKDIR_MAX_MB = 1
+
+    class Endless:
+        read_bytes = 0
+
+        def read(self, size):
+            self.read_bytes += size
+            return b"\1" * size
+
+    stream = Endless()
+    with pytest.raises(ValidationError) as refused:
+        workdir_upload(actor=world.alpha_member, tenant=world.alpha, archive=stream)
+    assert "The archive is larger than the limit of 1 MiB (OGAI_WORKDIR_MAX_MB)" in \
+        refused.value.message_dict["archive"][0]
+    assert stream.read_bytes <= 2 * 2**20
+    assert staged(data_dir) == []
+
+
 def test_the_limits_say_how_large_an_archive_may_be(api, world, settings):
     settings.OGAI_WORKDIR_MAX_MB = 7
     response = api.as_user(world.alpha_viewer).get(f"{WORKDIRS}limits/")
