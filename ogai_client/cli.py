@@ -268,10 +268,16 @@ def cmd_job_submit(args: argparse.Namespace, ctx: Context) -> int:
     client = ctx.client()
     workdir: Workdir | int | bool = False
     if isinstance(target, str):
-        workdir = _ship_workdir(ctx, client, spec.get("tenant"), target)
+        with ctx.err.status("Packing the working folder…") if ctx.err.is_terminal \
+                else _nothing():
+            workdir = client.upload_workdir(spec.get("tenant"), target)
     elif target is not None:
         workdir = target
     job = client.submit_job(spec, workdir=workdir)
+    # Said once the job is accepted: a refused spec prints only its error (and the archive
+    # stays on the platform, so the corrected spec reuses it).
+    if isinstance(workdir, Workdir):
+        _say_shipped(ctx, str(target), workdir)
     if args.quiet:
         ctx.out.print(str(job.id))
     else:
@@ -284,17 +290,12 @@ def cmd_job_submit(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _ship_workdir(ctx: Context, client: OgaiClient, tenant: str | None, folder: str
-                  ) -> Workdir:
-    """Pack and upload the folder (or find it already there) and say so in one line."""
-    with ctx.err.status("Packing the working folder…") if ctx.err.is_terminal else _nothing():
-        workdir = client.upload_workdir(tenant, folder)
+def _say_shipped(ctx: Context, folder: str, workdir: Workdir) -> None:
     for line in workdir.left_out:
         ctx.note(f"left out: {line}", style="yellow")
     ctx.note(f"shipped working folder {display_folder(folder)} ({_files(workdir.file_count)}, "
              f"{human_size(workdir.size_bytes)}, sha256 {workdir.sha256[:12]}…; "
              f"{'reused' if workdir.reused else 'uploaded'})")
-    return workdir
 
 
 def _files(count: int) -> str:

@@ -249,6 +249,10 @@ class FakeApi:
                                              "fields": {}})
         if path == "/aistation/jobs/" and request.method == "POST":
             body = json.loads(request.content)
+            if body.get("queue") == "nope":
+                return httpx.Response(400, json={
+                    "code": "invalid", "message": "queue: No queue 'nope' in tenant alpha.",
+                    "fields": {"queue": ["No queue 'nope' in tenant alpha."]}})
             self.jobs.append(body)
             return httpx.Response(201, json=self.job(len(self.jobs), body))
         if path.startswith("/aistation/jobs/"):
@@ -486,3 +490,13 @@ def test_a_server_without_working_folders_says_how_to_go_on(project, capsys, mon
                    "with --no-workdir (workdir=False)\n")
     code, _, err = ogai(capsys, "job", "files", "3")
     assert (code, err) == (1, "error: job 3 not found (or not visible to you)\n")
+
+
+def test_a_refused_spec_prints_only_its_error_and_its_fix_reuses_the_upload(api, project,
+                                                                           capsys, monkeypatch):
+    monkeypatch.chdir(project)
+    code, out, err = ogai(capsys, "job", "submit", "train.yaml", "--queue", "nope")
+    assert (code, out, err) == (1, "", "error: queue: No queue 'nope' in tenant alpha.\n")
+    assert len(api.uploads) == 1
+    code, _, err = ogai(capsys, "job", "submit", "train.yaml")
+    assert code == 0 and err.endswith("; reused)\n") and len(api.uploads) == 1
