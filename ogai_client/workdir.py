@@ -102,7 +102,7 @@ def display_folder(folder: str | os.PathLike) -> str:
     absolute = Path(os.path.abspath(folder))
     try:
         relative = absolute.relative_to(Path.cwd())
-    except ValueError:
+    except (ValueError, OSError):  # outside it, or the current folder is gone
         return f"{absolute.as_posix().rstrip('/')}/"
     return "./" if str(relative) == "." else f"./{relative.as_posix()}/"
 
