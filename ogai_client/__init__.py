@@ -30,6 +30,7 @@ from ogai_client.models import (
     TrainingMetric,
     TrainingRun,
     User,
+    Workdir,
 )
 
 __all__ = ["Benchmark", "Checkpoint", "Dataset", "DatasetVersion", "Deployment",
@@ -37,4 +38,4 @@ __all__ = ["Benchmark", "Checkpoint", "Dataset", "DatasetVersion", "Deployment",
            "HealthCheckType", "Job", "JobLogs", "LeaderboardRow", "Model", "ModelImport",
            "ModelVersion", "Node", "Notebook", "OgaiClient", "OgaiError", "PipelineRun",
            "Queue", "Quota", "StackProfile", "TrainingMetric", "TrainingRun", "User",
-           "__version__"]
+           "Workdir", "__version__"]

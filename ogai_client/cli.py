@@ -37,8 +37,9 @@ from ogai_client.config import (
     save_config,
 )
 from ogai_client.logs import LogFollower
-from ogai_client.models import ACTIVE_STATES, FINAL_STATES, Job, Notebook
-from ogai_client.spec import SpecError, parse_memory, parse_spec
+from ogai_client.models import ACTIVE_STATES, FINAL_STATES, Job, Notebook, Workdir
+from ogai_client.spec import SpecError, parse_memory, parse_spec, workdir_target
+from ogai_client.workdir import display_folder, human_size
 
 STATE_STYLES = {
     "queued": "yellow", "admitted": "cyan", "running": "bold blue", "succeeded": "green",
@@ -261,8 +262,22 @@ def cmd_job_submit(args: argparse.Namespace, ctx: Context) -> int:
         spec["queue"] = args.queue
     if args.name:
         spec["name"] = args.name
+    # A spec file's folder is what it ships by default; a spec on stdin has none.
+    target = workdir_target(spec, spec_dir=None if args.file == "-" else Path(args.file).parent,
+                            override=False if args.no_workdir else args.workdir)
     client = ctx.client()
-    job = client.submit_job(spec)
+    workdir: Workdir | int | bool = False
+    if isinstance(target, str):
+        with ctx.err.status("Packing the working folder…") if ctx.err.is_terminal \
+                else _nothing():
+            workdir = client.upload_workdir(spec.get("tenant"), target)
+    elif target is not None:
+        workdir = target
+    job = client.submit_job(spec, workdir=workdir)
+    # Said once the job is accepted: a refused spec prints only its error (and the archive
+    # stays on the platform, so the corrected spec reuses it).
+    if isinstance(workdir, Workdir):
+        _say_shipped(ctx, str(target), workdir)
     if args.quiet:
         ctx.out.print(str(job.id))
     else:
@@ -273,6 +288,18 @@ def cmd_job_submit(args: argparse.Namespace, ctx: Context) -> int:
         return _follow(ctx, client, job.id, tail=DEFAULT_TAIL, attempt=None, replica=None,
                        interval=args.interval)
     return 0
+
+
+def _say_shipped(ctx: Context, folder: str, workdir: Workdir) -> None:
+    for line in workdir.left_out:
+        ctx.note(f"left out: {line}", style="yellow")
+    ctx.note(f"shipped working folder {display_folder(folder)} ({_files(workdir.file_count)}, "
+             f"{human_size(workdir.size_bytes)}, sha256 {workdir.sha256[:12]}…; "
+             f"{'reused' if workdir.reused else 'uploaded'})")
+
+
+def _files(count: int) -> str:
+    return f"{count} file{'' if count == 1 else 's'}"
 
 
 def cmd_job_list(args: argparse.Namespace, ctx: Context) -> int:
@@ -327,6 +354,11 @@ def cmd_job_show(args: argparse.Namespace, ctx: Context) -> int:
         ("owner", job.owner),
         ("command", shlex.join(job.command)),
         ("image", job.image or "(local environment)"),
+        ("environment", job.environment or "(the cluster's default)"),
+        ("working folder", f"sha256 {job.workdir.sha256[:12]}…, "
+                           f"{human_size(job.workdir.size_bytes)}, "
+                           f"{_files(job.workdir.file_count)} (`ogai job files {job.id}`)"
+         if job.workdir else "none shipped"),
         ("resources", f"{job.replicas} x ({resources.gpus} GPU"
                       f"{' ' + resources.gpu_model if resources.gpu_model else ''}, "
                       f"{resources.cpu:g} CPU, {_memory(resources.memory_mib)})"),
@@ -370,6 +402,28 @@ def cmd_job_show(args: argparse.Namespace, ctx: Context) -> int:
                        _state(event.to_state), "-" if event.attempt is None else str(event.attempt),
                        event.reason)
     out.print(events)
+    return 0
+
+
+def cmd_job_files(args: argparse.Namespace, ctx: Context) -> int:
+    client = ctx.client()
+    with _about_job(args.id):
+        job = client.job(args.id)
+    workdir = client.workdir(job.workdir.id) if job.workdir else None
+    if args.json:
+        _print_json(ctx, workdir.raw if workdir else None)
+        return 0
+    if workdir is None:
+        ctx.note(f"job {job.id} ships no working folder")
+        return 0
+    table = _table()
+    table.add_column("SIZE", justify="right")
+    table.add_column("PATH", overflow="fold")
+    for item in workdir.files:
+        table.add_row(human_size(int(item.get("size") or 0)), str(item.get("path", "")))
+    ctx.out.print(table)
+    ctx.note(f"{_files(workdir.file_count)}, {human_size(workdir.unpacked_bytes)} unpacked, "
+             f"{human_size(workdir.size_bytes)} packed, sha256 {workdir.sha256}")
     return 0
 
 
@@ -702,6 +756,12 @@ def build_parser() -> ArgumentParser:
                         help="follow its logs until it ends; exit 0 only if it succeeded")
     submit.add_argument("--quiet", "-q", action="store_true", help="print only the job id")
     submit.add_argument("--interval", type=_interval, default=1.0, help=argparse.SUPPRESS)
+    shipped = submit.add_mutually_exclusive_group()
+    shipped.add_argument("--workdir", metavar="DIR",
+                         help="ship this folder as the job's working folder (default: the "
+                         "spec's workdir:, or the spec file's folder)")
+    shipped.add_argument("--no-workdir", action="store_true",
+                         help="ship no working folder")
 
     listing = command(jobs, "list", cmd_job_list, "list jobs, newest first")
     listing.add_argument("--state", "-s", action="append", metavar="STATE",
@@ -717,6 +777,11 @@ def build_parser() -> ArgumentParser:
     show = command(jobs, "show", cmd_job_show, "a job's spec, attempts and event history")
     show.add_argument("id", type=_job_id, metavar="ID")
     show.add_argument("--json", action="store_true", help="print the API's JSON")
+
+    files = command(jobs, "files", cmd_job_files,
+                    "list the files of the working folder a job shipped")
+    files.add_argument("id", type=_job_id, metavar="ID")
+    files.add_argument("--json", action="store_true", help="print the API's JSON")
 
     logs = command(jobs, "logs", cmd_job_logs, "print a job's logs")
     logs.add_argument("id", type=_job_id, metavar="ID")

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 from urllib.parse import quote
@@ -57,8 +58,10 @@ from ogai_client.models import (
     TrainingMetric,
     TrainingRun,
     User,
+    Workdir,
 )
-from ogai_client.spec import SpecError, normalize_spec
+from ogai_client.spec import SpecError, normalize_spec, workdir_target
+from ogai_client.workdir import WorkdirError, build_archive
 
 T = TypeVar("T")
 R = TypeVar("R", PipelineRun, TrainingRun)
@@ -277,13 +280,26 @@ class OgaiClient:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def submit_job(self, spec: dict) -> Job:
+    def submit_job(self, spec: dict, *,
+                   workdir: str | os.PathLike | Workdir | int | bool | None = None,
+                   spec_dir: str | os.PathLike | None = None) -> Job:
         """Submit a job spec (see POST /api/v1/aistation/jobs/); `resources.memory` may be a
-        quantity such as "16Gi"."""
+        quantity such as "16Gi", `environment` names one the cluster offers.
+
+        The working folder the job starts in: `workdir=` (a folder, which is shipped with
+        `upload_workdir`; a Workdir or its id; False for none), else the spec's `workdir:` (a
+        folder relative to `spec_dir`, or to the current folder), else `spec_dir` when given
+        (the folder of the spec file it came from); else nothing is shipped."""
         try:
             spec = normalize_spec(spec)
+            target = workdir.id if isinstance(workdir, Workdir) else \
+                workdir_target(spec, spec_dir=spec_dir, override=workdir)
         except SpecError as exc:
             raise OgaiError("invalid", str(exc)) from None
+        if isinstance(target, str):
+            target = self.upload_workdir(spec.get("tenant"), target).id
+        if target is not None:
+            spec["workdir"] = target
         return Job.from_api(self._request("POST", f"{AISTATION}/jobs/", json=spec))
 
     @staticmethod
@@ -358,6 +374,71 @@ class OgaiClient:
                 raise OgaiError("timeout", f"job {job_id} is still {job.state} after "
                                 f"{timeout_s:g} s")
             time.sleep(poll_s)
+
+    # -- working folders --------------------------------------------------------------------
+
+    def workdir_limit(self) -> int:
+        """The most bytes a working folder may hold (packed, and unpacked)."""
+        try:
+            data = self._request("GET", f"{AISTATION}/workdirs/limits/")
+        except OgaiError as exc:
+            if exc.status != 404:
+                raise
+            raise OgaiError("not_supported", f"{self.url} takes no working folders (an older "
+                            "OGAI?): submit with --no-workdir (workdir=False)",
+                            status=404) from None
+        limit = data.get("max_bytes") if isinstance(data, dict) else None
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise OgaiError("bad_response", "the server answered no working-folder limit; is "
+                            "this OGAI?")
+        return limit
+
+    def workdir(self, workdir_id: int) -> Workdir:
+        """A working folder with its file list."""
+        return Workdir.from_api(self._request("GET", f"{AISTATION}/workdirs/{int(workdir_id)}/"))
+
+    def find_workdir(self, tenant: str, sha256: str) -> Workdir | None:
+        """The tenant's working folder with this sha256, or None."""
+        page = self._page(f"{AISTATION}/workdirs/", {"tenant": tenant, "sha256": sha256},
+                          Workdir.from_api, limit=1, offset=0)
+        return next((item for item in page.results if item.sha256 == sha256), None)
+
+    def upload_workdir(self, tenant: str | None, folder: str | os.PathLike, *,
+                       on_progress: Callable[[int, int], None] | None = None) -> Workdir:
+        """Pack `folder` (honouring .gitignore and .ogaiignore files, see ogai_client.workdir)
+        and ship it to `tenant` (None: your only tenant), unless the tenant already has that
+        archive: then nothing is uploaded and the answer's `reused` is True. Raises
+        OgaiError("workdir") when the folder cannot be packed or is over the platform's
+        limit, before anything is sent."""
+        limit = self.workdir_limit()
+        tenant = tenant or self._sole_tenant()
+        try:
+            archive = build_archive(folder, max_bytes=limit)
+        except WorkdirError as exc:
+            raise OgaiError("workdir", str(exc)) from None
+        with archive:
+            found = self.find_workdir(tenant, archive.sha256)
+            if found is not None:
+                return replace(found, reused=True, left_out=archive.left_out)
+            with archive.path.open("rb") as stream:
+                reader = ProgressReader(stream, on_progress)
+                timeout = httpx.Timeout(self.timeout,
+                                        read=max(self.timeout, UPLOAD_READ_TIMEOUT_S))
+                data = self._request(
+                    "POST", f"{AISTATION}/workdirs/", timeout=timeout,
+                    data={"tenant": tenant, "sha256": archive.sha256},
+                    files={"archive": (f"{archive.sha256}.tar.gz", reader, "application/gzip")})
+        return replace(Workdir.from_api(data), left_out=archive.left_out)
+
+    def _sole_tenant(self) -> str:
+        tenants = sorted({membership.tenant for membership in self.me().memberships})
+        if len(tenants) == 1:
+            return tenants[0]
+        if not tenants:
+            raise OgaiError("invalid", "you are in no tenant: ask a tenant's admin to add you")
+        raise OgaiError("invalid", f"you are in several tenants ({', '.join(tenants)}): name "
+                        "the tenant (tenant: in the spec, or --tenant)",
+                        {"tenant": ["name the tenant"]})
 
     # -- notebooks --------------------------------------------------------------------------
 

@@ -110,6 +110,39 @@ class JobEvent:
 
 
 @dataclass(frozen=True)
+class Workdir:
+    """A working folder shipped with jobs: an archive of a tenant's, named by its sha256.
+
+    A job's `workdir` carries only id, sha256, size_bytes and file_count; `OgaiClient.workdir(id)`
+    adds the file list. `reused` (the platform already had it, nothing was uploaded) and
+    `left_out` (what the archive could not hold, e.g. "data -> /mnt/x (a link out of the
+    folder)") are set by `OgaiClient.upload_workdir()` only."""
+
+    id: int
+    sha256: str
+    tenant: str = ""
+    size_bytes: int = 0
+    unpacked_bytes: int = 0
+    file_count: int = 0
+    files: list[dict] = field(default_factory=list)  # [{"path", "size"}]
+    created_at: datetime | None = None
+    reused: bool = field(default=False, compare=False)
+    left_out: list[str] = field(default_factory=list, compare=False)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> Workdir:
+        return cls(
+            id=data["id"], sha256=data.get("sha256") or "", tenant=data.get("tenant") or "",
+            size_bytes=_int(data.get("size_bytes")),
+            unpacked_bytes=_int(data.get("unpacked_bytes")),
+            file_count=_int(data.get("file_count")),
+            files=[item for item in data.get("files") or [] if isinstance(item, dict)],
+            created_at=parse_time(data.get("created_at")), raw=data,
+        )
+
+
+@dataclass(frozen=True)
 class Job:
     """A job as listed; `attempts` and `events` are filled only by `OgaiClient.job(id)` and by
     submit (the detail view)."""
@@ -140,6 +173,8 @@ class Job:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     rerun_of: int | None = None
+    environment: str = ""  # "" is the cluster's default
+    workdir: Workdir | None = None
     attempts: list[Attempt] = field(default_factory=list)
     events: list[JobEvent] = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False, compare=False)
@@ -170,6 +205,9 @@ class Job:
             queued_at=parse_time(data.get("queued_at")),
             started_at=parse_time(data.get("started_at")),
             finished_at=parse_time(data.get("finished_at")), rerun_of=data.get("rerun_of"),
+            environment=data.get("environment") or "",
+            workdir=Workdir.from_api(data["workdir"]) if isinstance(data.get("workdir"), dict)
+            else None,
             attempts=[Attempt.from_api(a) for a in data.get("attempts") or []],
             events=[JobEvent.from_api(e) for e in data.get("events") or []],
             raw=data,

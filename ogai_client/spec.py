@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from typing import Any
 
 import yaml
 
 # The fields of POST /api/v1/aistation/jobs/; anything else the API would silently drop.
+# `workdir` is a folder in a spec file; the CLI and the SDK ship it and send its id instead.
 KNOWN_FIELDS = frozenset({
     "tenant", "queue", "name", "command", "env", "image", "resources", "replicas", "priority",
-    "max_restarts", "time_limit_s",
+    "max_restarts", "time_limit_s", "workdir", "environment",
 })
 KNOWN_RESOURCES = frozenset({"gpus", "gpu_model", "cpu", "memory_mib", "memory"})
 
@@ -87,3 +89,35 @@ def load_mapping(text: str, *, source: str, what: str, hint: str) -> dict:
         raise SpecError(f"{source}: a {what} spec must be a mapping of fields ({hint}), not "
                         f"a {type(data).__name__}")
     return data
+
+
+def workdir_target(spec: dict, *, spec_dir: str | os.PathLike | None = None,
+                   override: str | os.PathLike | int | bool | None = None
+                   ) -> str | int | None:
+    """What a job ships as its working folder, taking `workdir` out of `spec`: a folder (its
+    absolute path), the id of a working folder already on the platform, or None for nothing.
+
+    `override` (the CLI's `--workdir`/`--no-workdir`, the SDK's `workdir=`) wins: False ships
+    nothing, a path is taken as given (relative to the current folder). Otherwise the spec's
+    `workdir:` (relative to `spec_dir`, the spec file's folder; `null` or `false` ship nothing;
+    a number is an id); without one, `spec_dir` itself when the spec came from a file."""
+    value = spec.pop("workdir", None) if "workdir" in spec else spec_dir
+    base = spec_dir
+    if override is not None:
+        value, base = override, None
+    if value is None or value is False:
+        return None
+    if value is True:
+        raise SpecError("workdir: give a folder (relative to the spec's folder), or false to "
+                        "ship nothing")
+    if isinstance(value, int):
+        if value < 1:
+            raise SpecError(f"workdir: {value} is not the id of a working folder")
+        return value
+    if not isinstance(value, str | os.PathLike) or not str(value).strip():
+        raise SpecError("workdir: give a folder (relative to the spec's folder), or false to "
+                        "ship nothing")
+    folder = os.path.expanduser(os.fspath(value))
+    if base is not None:
+        folder = os.path.join(base, folder)
+    return os.path.abspath(folder)

@@ -17,7 +17,7 @@ import yaml
 from django.utils import timezone
 
 from aistation.choices import JobState
-from aistation.models import Job
+from aistation.models import Job, Workdir
 from aistation.services.queues import queue_create
 from aistation.services.reconcile import reconcile_cluster
 from aistation.services.scheduling import schedule_cluster
@@ -490,3 +490,87 @@ def test_render_of_a_job_without_an_image_says_why(as_member, cluster, capsys, t
     code, out, err = ogai(capsys, "job", "render", Job.objects.get().pk)
     assert code == 1 and not out
     assert "no image" in err
+
+
+# -- working folders ----------------------------------------------------------------------------
+
+def write_project(tmp_path, **changes):
+    """A spec beside its train.py, as the README shows it; checkpoints are git-ignored."""
+    folder = tmp_path / "project"
+    folder.mkdir(exist_ok=True)
+    (folder / "train.py").write_text("print('training')\n")
+    (folder / ".gitignore").write_text("*.ckpt\n")
+    (folder / "old.ckpt").write_bytes(b"\0" * 4096)
+    return write_spec(folder, name="train.yaml", **changes), folder
+
+
+def test_submit_ships_the_spec_folder_and_reuses_it(world, as_member, cluster, capsys,
+                                                    tmp_path):
+    spec, _ = write_project(tmp_path)
+    code, out, err = ogai(capsys, "job", "submit", spec)
+    assert code == 0, err
+    workdir = Workdir.objects.get()
+    assert workdir.tenant == world.alpha and workdir.created_by == world.alpha_member
+    assert sorted(item["path"] for item in workdir.files) == [".gitignore", "train.py",
+                                                              "train.yaml"]
+    assert f"sha256 {workdir.sha256[:12]}…; uploaded)" in err
+    job = Job.objects.get()
+    assert job.workdir == workdir
+
+    code, out, err = ogai(capsys, "job", "submit", spec)
+    assert code == 0, err
+    assert err.rstrip().endswith("; reused)")
+    assert Workdir.objects.count() == 1
+    assert {job.workdir_id for job in Job.objects.all()} == {workdir.pk}
+
+    code, out, err = ogai(capsys, "job", "show", job.pk)
+    assert code == 0, err
+    assert f"sha256 {workdir.sha256[:12]}…" in out and "3 files" in out
+    code, out, err = ogai(capsys, "job", "files", job.pk)
+    assert code == 0, err
+    assert "train.py" in out and "old.ckpt" not in out
+
+    assert ogai(capsys, "job", "cancel", job.pk)[0] == 0
+    assert ogai(capsys, "job", "rerun", job.pk)[0] == 0
+    assert Job.objects.get(rerun_of=job).workdir == workdir
+
+    code, _, err = ogai(capsys, "job", "submit", spec, "--no-workdir")
+    assert code == 0 and "shipped" not in err
+    assert Job.objects.order_by("-pk").first().workdir is None
+
+
+def test_another_tenant_cannot_see_or_use_a_working_folder(world, as_member, cluster,
+                                                           live_server, monkeypatch, capsys,
+                                                           tmp_path):
+    spec, folder = write_project(tmp_path)
+    assert ogai(capsys, "job", "submit", spec)[0] == 0
+    workdir = Workdir.objects.get()
+    monkeypatch.setenv("OGAI_TOKEN", token_for(world.beta_member))
+    client = OgaiClient.from_config()
+    with pytest.raises(OgaiError) as raised:
+        client.workdir(workdir.pk)
+    assert raised.value.status == 404
+    assert client.find_workdir("alpha", workdir.sha256) is None
+    queue_create(actor=world.beta_admin, tenant=world.beta, name="default", cluster=cluster)
+    stolen = write_spec(tmp_path, name="stolen.yaml", workdir=workdir.pk)
+    code, _, err = ogai(capsys, "job", "submit", stolen)
+    assert code == 1 and "no such working folder" in err.lower()
+    # The same files uploaded by beta are beta's own archive, not a way into alpha's.
+    mine = client.upload_workdir("beta", folder)
+    assert not mine.reused and mine.id != workdir.pk and mine.sha256 == workdir.sha256
+
+
+def test_a_working_folder_over_the_limit_is_one_line_and_sends_nothing(as_member, cluster,
+                                                                       settings, capsys,
+                                                                       tmp_path):
+    settings.OGAI_WORKDIR_MAX_MB = 1
+    spec, folder = write_project(tmp_path)
+    (folder / "weights.bin").write_bytes(b"\0" * (2 * 1024 * 1024))
+    code, _, err = ogai(capsys, "job", "submit", spec)
+    assert code == 1
+    assert "is 2 MiB, over the platform's limit of 1 MiB; list what it need not ship in " \
+        ".ogaiignore (biggest: weights.bin 2 MiB" in err
+    assert not Workdir.objects.exists() and not Job.objects.exists()
+    (folder / ".ogaiignore").write_text("weights.bin\n")
+    assert ogai(capsys, "job", "submit", spec)[0] == 0
+    assert Workdir.objects.get().file_count == 4
