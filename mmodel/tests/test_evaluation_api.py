@@ -220,6 +220,24 @@ def test_the_runner_reports_results_and_samples_once_however_often_it_sends(worl
     assert wrong.status_code == 400 and "benchmark" in wrong.json()["fields"]
 
 
+def test_samples_take_the_benchmark_by_name_as_the_cli_does(world, api, started):
+    run, benchmarks, secret = started
+    _events(api, secret, _report(run, benchmarks))
+    client = api.as_user(world.alpha_viewer)
+    by_name = client.get(f"{RUNS}{run.pk}/samples/", {"benchmark": "mc"})
+    assert by_name.status_code == 200, by_name.json()
+    by_id = client.get(f"{RUNS}{run.pk}/samples/", {"benchmark": benchmarks[0].pk})
+    assert by_name.json() == by_id.json() and by_name.json()["count"] == 4
+    assert {row["benchmark"] for row in by_name.json()["results"]} == {"mc"}
+    unknown = client.get(f"{RUNS}{run.pk}/samples/", {"benchmark": "arithmetic-em"})
+    assert unknown.status_code == 400
+    assert unknown.json()["fields"]["benchmark"] == [
+        f"Run {run.pk} did not evaluate benchmark 'arithmetic-em' (it evaluated mc, prose, "
+        "sums)."]
+    pairs = client.get(f"{RUNS}{run.pk}/compare/", {"benchmark": "mc", "other": run.pk})
+    assert pairs.status_code == 200 and len(pairs.json()) == 4
+
+
 def test_runner_events_need_the_live_token_of_the_runs_job(world, api, started):
     run, benchmarks, secret = started
     assert _events(api, "ogj_not-a-token", _report(run, benchmarks)).status_code == 401
