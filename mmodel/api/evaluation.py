@@ -279,6 +279,16 @@ class SamplePairSerializer(serializers.Serializer):
     b = SampleAnswerSerializer()
 
 
+class LeaderboardRunSerializer(serializers.Serializer):
+    run = serializers.IntegerField(help_text="The evaluation run the scores come from.")
+    documents = serializers.IntegerField(help_text="How many documents it scored.")
+    limit = serializers.IntegerField(allow_null=True,
+                                     help_text="Its limit of documents per benchmark, if any.")
+    benchmark_documents = serializers.IntegerField(help_text="How many the benchmark holds.")
+    benchmark_version = serializers.CharField(help_text="The benchmark data's content hash "
+                                              "(its first 12 characters).")
+
+
 class LeaderboardRowSerializer(serializers.Serializer):
     version = serializers.IntegerField(source="version.pk")
     label = serializers.CharField(source="version.label")
@@ -286,6 +296,10 @@ class LeaderboardRowSerializer(serializers.Serializer):
     number = serializers.IntegerField(source="version.number")
     scores = serializers.DictField(child=serializers.DictField(child=serializers.FloatField()),
                                    help_text="{benchmark: {metric: value}}")
+    runs = serializers.DictField(child=LeaderboardRunSerializer(),
+                                 help_text="{benchmark: the run its scores come from and how "
+                                 "many documents it scored}: scores on different documents "
+                                 "are not comparable.")
 
 
 class EvaluationEventSerializer(serializers.Serializer):
