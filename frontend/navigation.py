@@ -80,7 +80,8 @@ SECTIONS = (
         NavItem("Stack profiles", "frontend:stack-profiles",
                 ("frontend:stack-profile-create", "frontend:stack-profile-edit"),
                 operators_only=True),
-        NavItem("Deployments", "frontend:deployment-runs",
+        # "Stack runs", not "Deployments": that is the Models section's model deployments.
+        NavItem("Stack runs", "frontend:deployment-runs",
                 ("frontend:deployment-run", "frontend:deployment-run-create"),
                 operators_only=True),
     )),

@@ -213,6 +213,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Nothing from outside the site: no online validator badge, system fonts for ReDoc (its
+    # default fonts would come from Google).
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "REDOC_UI_SETTINGS": {"theme": {"typography": {
+        "fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
+        "headings": {"fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"},
+    }}},
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     "ENUM_NAME_OVERRIDES": {

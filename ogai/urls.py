@@ -1,7 +1,8 @@
 from django.contrib import admin
-from django.http import HttpResponseServerError
+from django.http import HttpResponseRedirect, HttpResponseServerError
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
@@ -16,7 +17,15 @@ admin.site.index_title = "Operators' administration"
 # The admin's sign-in is throttled like the console's and the API's (ogai.sign_in).
 admin.site.login_form = ThrottledAdminAuthenticationForm
 
+
+
+def favicon(request):
+    """Browsers ask for /favicon.ico on pages that name no icon (the API's, the admin's)."""
+    return HttpResponseRedirect(static("frontend/favicon.svg"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
@@ -25,7 +34,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    # Our template: drf-spectacular's loads Google's fonts; the docs are served offline.
+    path("api/redoc/", SpectacularRedocView.as_view(
+        url_name="api-schema", template_name="frontend/api_redoc.html"), name="api-redoc"),
     path("api/v1/infra-os/", include("infra_os.api.urls")),
     path("api/v1/podsys/", include("podsys.api.urls")),
     path("api/v1/aistation/", include("aistation.api.urls")),

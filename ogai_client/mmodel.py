@@ -589,9 +589,20 @@ def cmd_eval_leaderboard(args: argparse.Namespace, ctx: Context) -> int:
     for benchmark, metric in columns:
         # Named as the benchmarks and metrics are (lower case), not as the other headers.
         table.add_column(f"{benchmark} {metric}", justify="right")
+    limited = False
     for row in rows:
-        table.add_row(row.label, *[_score(row.scores.get(b, {}).get(m)) for b, m in columns])
+        cells = []
+        for benchmark, metric in columns:
+            cell = _score(row.scores.get(benchmark, {}).get(metric))
+            documents = row.limited_documents(benchmark)
+            if documents is not None and cell != "-":
+                cell, limited = f"{cell} ({documents} docs, limit)", True
+            cells.append(cell)
+        table.add_row(row.label, *cells)
     ctx.out.print(table)
+    if limited:
+        ctx.note("scores marked 'limit' are over fewer documents than their benchmark holds: "
+                 "compare them only with runs on as many")
     return 0
 
 

@@ -895,22 +895,35 @@ class EvaluationSample:
 
 @dataclass(frozen=True)
 class LeaderboardRow:
-    """A version's newest succeeded scores: {benchmark: {metric: value}}."""
+    """A version's newest succeeded scores: {benchmark: {metric: value}}, and per benchmark
+    the run they come from: {benchmark: {"run", "documents", "limit", "benchmark_documents",
+    "benchmark_version"}}."""
 
     version: int
     label: str
     model: str = ""
     number: int = 0
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    runs: dict[str, dict] = field(default_factory=dict)
 
     @classmethod
     def from_api(cls, data: dict) -> LeaderboardRow:
         scores = {str(name): {str(k): float(v) for k, v in (metrics or {}).items()
                               if _float(v) is not None}
                   for name, metrics in (data.get("scores") or {}).items()}
+        runs = {str(name): dict(about) for name, about in (data.get("runs") or {}).items()
+                if isinstance(about, dict)}
         return cls(version=_int(data.get("version")), label=data.get("label") or "",
                    model=data.get("model") or "", number=_int(data.get("number")),
-                   scores=scores)
+                   scores=scores, runs=runs)
+
+    def limited_documents(self, benchmark: str) -> int | None:
+        """How many documents the benchmark's score is over, when a limit left some out."""
+        about = self.runs.get(benchmark) or {}
+        documents = _int(about.get("documents"))
+        if about.get("limit") and documents < _int(about.get("benchmark_documents")):
+            return documents
+        return None
 
 
 @dataclass(frozen=True)

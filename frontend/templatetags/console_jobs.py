@@ -83,6 +83,14 @@ def gib(mib) -> str:
 
 
 @register.filter
+def cores(value) -> str:
+    """CPU cores with at most two decimals and no trailing zeros: 1.50 → "1.5", 2.0 → "2"."""
+    if value in (None, ""):
+        return "—"
+    return f"{float(value):.2f}".rstrip("0").rstrip(".")
+
+
+@register.filter
 def ago(moment) -> str:
     """ "3 minutes ago", or "just now" under a minute (timesince says "0 minutes")."""
     if not moment:

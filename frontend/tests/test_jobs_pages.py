@@ -2,16 +2,19 @@
 cancelling and rerunning, the live parts (polling, logs, GPU squares) and query counts."""
 
 import re
+from types import SimpleNamespace
 
 import pytest
 from django.urls import reverse
 
 from aistation.choices import JobState
 from aistation.models import Job, Queue
-from aistation.services.jobs import job_cancel
+from aistation.services.jobs import job_cancel, job_submit
 from aistation.services.queues import queue_create
+from aistation.services.scheduling import schedule_cluster
 from infra_os.models import AuditEvent
 from podsys.models import Cluster, Node
+from podsys.services.clusters import cluster_sync_nodes
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -187,7 +190,7 @@ def test_jobs_list_pins_its_query_count(signed_in, farm, django_assert_max_num_q
 
 
 @pytest.mark.parametrize(("page", "most"), [
-    ("queues", 7), ("queue", 10), ("clusters", 9), ("cluster", 8), ("job", 8),
+    ("queues", 7), ("queue", 10), ("clusters", 9), ("cluster", 9), ("job", 8),
     ("job-logs", 6), ("job-status", 7),
 ])
 def test_other_pages_pin_their_query_counts(signed_in, farm, django_assert_max_num_queries,
@@ -538,6 +541,71 @@ def test_cluster_page_draws_allocated_gpus(signed_in, farm):
     partial = client.get(reverse("frontend:cluster", args=["farm"]), **HTMX).content.decode()
     assert partial.lstrip().startswith('<div id="cluster-nodes"')
     assert _squares(partial.split('class="node-grid"')[1]) == (8, 8)
+
+
+@pytest.fixture
+def cpus(farm):
+    """A shared cluster of one node without GPUs (2 cores, 8 GiB), alpha's queue on it and a
+    running job holding 1.5 cores and 2 GiB there."""
+    cluster = Cluster.objects.create(name="cpus", driver="fake", options={
+        "nodes": 1, "gpus_per_node": 0, "cpu_cores": 2, "memory_mib": 8192})
+    cluster_sync_nodes(cluster=cluster)
+    queue = queue_create(actor=farm.world.operator, tenant=farm.world.alpha, name="cpu",
+                         cluster=cluster)
+    job = job_submit(actor=farm.world.alpha_member, tenant=farm.world.alpha, queue=queue,
+                     name="on-cpu", command=["python", "train.py"], cpu_per_replica=1.5,
+                     memory_mib_per_replica=2048)
+    schedule_cluster(cluster_id=cluster.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    return SimpleNamespace(cluster=cluster, node=cluster.nodes.get(), job=job, world=farm.world)
+
+
+def _resource(content: str, resource: str) -> tuple[str, str]:
+    found = re.search(rf'data-resource="{resource}" data-allocated="([\d.]+)" '
+                      rf'data-total="([\d.]+)"', content)
+    assert found, resource
+    return found.groups()
+
+
+def test_cluster_page_draws_cpu_and_memory_beside_gpus(signed_in, farm):
+    farm.submit(name="a", gpus=2, cpu_per_replica=4, memory_mib_per_replica=4096)
+    farm.cycle()
+    content = signed_in(farm.world.alpha_member).get(
+        reverse("frontend:cluster", args=["farm"])).content.decode()
+    summary = content.split("data-resources")[1].split("</section>")[0]
+    # Two fake nodes of 64 cores and 512 GiB each.
+    assert _resource(summary, "cpu") == ("4", "128")
+    assert _resource(summary, "memory") == ("4096", str(2 * 524288))
+    assert "4 <span class=\"stat-unit\">of 128 CPU cores allocated" in summary
+    node = Job.objects.get(name="a").placement[0]
+    card = content.split(f'data-node="{node}"')[1].split("</article>")[0]
+    assert _resource(card, "cpu") == ("4", "64") and "<strong>4</strong> / 64 cores" in card
+    assert "<strong>4</strong> / 512 GiB" in card
+    assert 'data-gpus-allocated="2"' in content  # the GPUs as before
+
+
+def test_a_cluster_without_gpus_draws_cpu_and_memory_only(signed_in, cpus):
+    content = signed_in(cpus.world.alpha_member).get(
+        reverse("frontend:cluster", args=["cpus"])).content.decode()
+    assert "data-gpus-allocated" not in content and "GPUs allocated" not in content
+    assert 'class="gpu' not in content.split('id="cluster-nodes"')[1]
+    assert "no GPUs: jobs here are held by CPU cores and memory" in content
+    assert _resource(content.split("data-resources")[1], "cpu") == ("1.5", "2")
+    card = content.split(f'data-node="{cpus.node.name}"')[1].split("</article>")[0]
+    assert "No GPUs" in card
+    assert "<strong>1.5</strong> / 2 cores" in card and "<strong>2</strong> / 8 GiB" in card
+    assert 'aria-label="75% of CPU cores allocated"' in card
+
+
+def test_the_node_page_of_a_cpu_node_has_no_gpu_charts(signed_in, cpus):
+    page = signed_in(cpus.world.operator).get(
+        reverse("frontend:node", args=["cpus", cpus.node.pk])).content.decode()
+    assert "<strong>1.5</strong> / 2 cores" in page and "<strong>2</strong> / 8 GiB" in page
+    charts = re.findall(r'data-chart="([^"]+)"', page)
+    assert charts and not [name for name in charts if name.startswith("DCGM_")]
+    assert "node_load1" in charts and "node_memory_MemAvailable_bytes" in charts
+    assert "data-no-gpu-metrics" in page
 
 
 def test_cluster_page_shows_health_and_cordons(signed_in, farm):

@@ -304,6 +304,38 @@ def test_the_leaderboard_marks_the_best_of_each_column(signed_in, catalog):
     assert ppl["alpha-llama:v2"] == "180.0" and float(ppl["alpha-llama:v1"]) < 180
 
 
+def test_the_leaderboard_stars_only_runs_on_the_same_documents(signed_in, catalog):
+    """A quick run limited to 2 of alpha-mc's 4 documents scores higher than the full runs:
+    it is marked as limited and starred against no one; the best full run keeps its star."""
+    made = catalog.alpha
+    quick = ModelVersion.objects.create(
+        model=made.model, number=3, status=VersionStatus.READY, source=VersionSource.IMPORT,
+        format=WeightsFormat.SAFETENSORS, source_path="/imports/quick", bytes=100_000)
+    multiple, _ = made.benchmarks
+    run = EvaluationRun.objects.create(tenant=catalog.world.alpha, name="quick", version=quick,
+                                       succeeded=True, finished_at=timezone.now(), limit=2)
+    run.benchmarks.set([multiple])
+    EvaluationResult.objects.create(run=run, benchmark=multiple, metric="acc", value=1.0,
+                                    samples=2)
+    page = signed_in(catalog.world.alpha_member).get(reverse("frontend:evaluations")) \
+        .content.decode()
+    rows = {label: row for label, row in re.findall(
+        r'<tr data-version="([^"]+)">(.*?)</tr>', page, re.S)}
+    mc_cells = {label: re.findall(r'<td class="num[^"]*"[^>]*>.*?</td>', row, re.S)[0]
+                for label, row in rows.items()}
+    assert 'data-documents="2"' in mc_cells["alpha-llama:v3"]
+    assert "2 docs (limit)" in mc_cells["alpha-llama:v3"]
+    assert "data-best" not in mc_cells["alpha-llama:v3"]
+    assert 'data-best="true"' in mc_cells["alpha-llama:v1"]
+    assert "among runs on the same 4 documents" in mc_cells["alpha-llama:v1"]
+    assert "4 docs" in mc_cells["alpha-llama:v1"] and "(limit)" not in mc_cells["alpha-llama:v1"]
+    assert "data-best" not in mc_cells["alpha-llama:v2"]
+    # The perplexity column has full runs only: marked as before, no document counts shown.
+    assert page.count('data-best="true"') == 2
+    assert "docs" not in re.findall(r'<td class="num[^"]*"[^>]*>.*?</td>',
+                                    rows["alpha-llama:v2"], re.S)[1]
+
+
 def test_the_sample_viewer_filters_and_pairs(signed_in, catalog):
     client = signed_in(catalog.world.alpha_member)
     first, second = catalog.alpha.runs

@@ -1,5 +1,6 @@
 """Clusters the current tenant may run on (shared ones and its own), each drawn node by node
-with its GPUs allocated and free; platform admins add clusters, sync and cordon nodes."""
+with its GPUs, CPU cores and memory allocated and free; platform admins add clusters, sync and
+cordon nodes."""
 
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from frontend.access import console_access, current_tenant
+from frontend.allocations import Held, Usage, cpu_usage, memory_usage, node_allocations
 from frontend.forms import ClusterCreateForm, add_service_errors
 from frontend.lists import list_response
 from frontend.responses import safe_next, wants_partial
@@ -63,6 +65,8 @@ def clusters(request):
 class NodeCard:
     node: Node
     allocated: int
+    cpu: Usage
+    memory: Usage
 
     @property
     def free(self) -> int:
@@ -82,8 +86,11 @@ def cluster_detail(request, name: str):
     gets the nodes area alone."""
     cluster = get_object_or_404(_current_clusters(request), name=name)
     nodes = list(node_list(user=request.user).filter(cluster_id=cluster.pk).order_by("name"))
-    held = gpu_allocations([cluster.pk])
-    cards = [NodeCard(node, held.get((cluster.pk, node.name), 0)) for node in nodes]
+    held = node_allocations([cluster.pk])
+    cards = []
+    for node in nodes:
+        here = held.get((cluster.pk, node.name), Held())
+        cards.append(NodeCard(node, here.gpus, cpu_usage(node, here), memory_usage(node, here)))
     total = sum(node.gpus for node in nodes)
     allocated = sum(min(card.allocated, card.node.gpus) for card in cards)
     context = {
@@ -94,6 +101,10 @@ def cluster_detail(request, name: str):
         "gpus_free_schedulable": sum(card.free for card in cards if card.node.takes_work),
         "nodes_taking_work": sum(1 for node in nodes if node.takes_work),
         "gpu_percent": round(100 * allocated / total) if total else 0,
+        "cpu": Usage(sum(card.cpu.allocated for card in cards),
+                     sum(card.cpu.total for card in cards)),
+        "memory": Usage(sum(card.memory.allocated for card in cards),
+                        sum(card.memory.total for card in cards)),
     }
     template = "frontend/clusters/nodes.html" if wants_partial(request) \
         else "frontend/clusters/detail.html"

@@ -84,6 +84,13 @@ def current_benchmarks(request):
 class Cell:
     value: float | None
     best: bool = False
+    # How many documents the score is over, and whether a limit left some of the benchmark out.
+    documents: int = 0
+    limited: bool = False
+    # Scores compare only within a group: the same benchmark data, the same number of documents.
+    group: tuple = ()
+    # The column mixes runs on different documents: each cell says on how many.
+    mixed: bool = False
 
 
 @dataclass
@@ -102,16 +109,31 @@ def _board(request, tenant) -> tuple[list[Column], list[tuple], list]:
     columns = [Column(name, *main_metric(kinds.get(name, ""))) for name in names]
     table = []
     for row in rows:
-        cells = [Cell(metric_value(row["scores"].get(column.benchmark, {}), column.metric))
-                 for column in columns]
+        cells = []
+        for column in columns:
+            run = row.get("runs", {}).get(column.benchmark) or {}
+            documents = int(run.get("documents") or 0)
+            cells.append(Cell(
+                metric_value(row["scores"].get(column.benchmark, {}), column.metric),
+                documents=documents,
+                limited=bool(run.get("limit")) and documents < run.get("benchmark_documents", 0),
+                group=(run.get("benchmark_version"), documents)))
         table.append((row["version"], cells))
     for index, column in enumerate(columns):
-        values = [cells[index].value for _, cells in table if cells[index].value is not None]
-        if not values:
-            continue
-        best = min(values) if column.lower_is_better else max(values)
-        for _, cells in table:
-            cells[index].best = cells[index].value == best
+        scored = [cells[index] for _, cells in table if cells[index].value is not None]
+        groups: dict[tuple, list[Cell]] = {}
+        for cell in scored:
+            groups.setdefault(cell.group, []).append(cell)
+        for group in groups.values():
+            # A run alone on its documents is best of nothing, once the column mixes counts.
+            if len(groups) > 1 and len(group) < 2:
+                continue
+            values = [cell.value for cell in group]
+            best = min(values) if column.lower_is_better else max(values)
+            for cell in group:
+                cell.best = cell.value == best
+        for cell in scored:
+            cell.mixed = len(groups) > 1
     return columns, table, rows
 
 

@@ -1,6 +1,7 @@
-"""A node's page (platform admins only): its facts, whether it takes work (and who cordoned it,
-why), its health checks with their history, and its metrics over time as charts. Health checks
-run through podsys.services.health; reads go through podsys.selectors."""
+"""A node's page (platform admins only): its facts and the CPU cores and memory jobs hold on it,
+whether it takes work (and who cordoned it, why), its health checks with their history, and its
+metrics over time as charts (no GPU charts on a node without GPUs). Health checks run through
+podsys.services.health; reads go through podsys.selectors."""
 
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,6 +16,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from frontend.allocations import Held, cpu_usage, memory_usage, node_allocations
 from frontend.charts_podsys import time_lines_svg
 from frontend.responses import wants_partial
 from infra_os.access import require_platform_admin
@@ -124,15 +126,20 @@ def _gpu_order(key: str) -> tuple:
     return (0, int(key), "") if key.isdigit() else (1, 0, key)
 
 
+def charted_metrics(node) -> list:
+    """The metrics the node's page draws: a node without GPUs has no GPU series to draw."""
+    return [metric for metric in NODE_METRICS if node.gpus or not metric.per_gpu]
+
+
 def metric_charts(node, range_key: str) -> list[MetricChart]:
     """One chart per metric of NODE_METRICS, one line per GPU. Counters named the Prometheus
     way (`…_total`, node exporter's) are drawn as a rate; DCGM's error counters as counts."""
     now = timezone.now()
     since = now - RANGES[range_key]
-    names = [metric.name for metric in NODE_METRICS]
-    data = node_metric_series(node=node, names=names, since=since)
+    metrics = charted_metrics(node)
+    data = node_metric_series(node=node, names=[metric.name for metric in metrics], since=since)
     charts = []
-    for metric in NODE_METRICS:
+    for metric in metrics:
         by_key = data.get(metric.name) or {}
         unit = metric.unit
         as_rate = metric.kind == "counter" and metric.name.endswith("_total")
@@ -177,7 +184,9 @@ def node_detail(request, name: str, pk: int):
     with that area alone."""
     cluster, node = _node(request, name, pk)
     part = request.GET.get("part", "") if wants_partial(request) else ""
-    context = {"cluster": cluster, "node": node}
+    held = node_allocations([cluster.pk]).get((cluster.pk, node.name), Held())
+    context = {"cluster": cluster, "node": node, "gpus_held": held.gpus,
+               "cpu": cpu_usage(node, held), "memory": memory_usage(node, held)}
     if part == "health":
         template = "frontend/podsys/nodes/health.html"
         context |= _health_context(node)

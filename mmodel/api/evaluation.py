@@ -279,6 +279,16 @@ class SamplePairSerializer(serializers.Serializer):
     b = SampleAnswerSerializer()
 
 
+class LeaderboardRunSerializer(serializers.Serializer):
+    run = serializers.IntegerField(help_text="The evaluation run the scores come from.")
+    documents = serializers.IntegerField(help_text="How many documents it scored.")
+    limit = serializers.IntegerField(allow_null=True,
+                                     help_text="Its limit of documents per benchmark, if any.")
+    benchmark_documents = serializers.IntegerField(help_text="How many the benchmark holds.")
+    benchmark_version = serializers.CharField(help_text="The benchmark data's content hash "
+                                              "(its first 12 characters).")
+
+
 class LeaderboardRowSerializer(serializers.Serializer):
     version = serializers.IntegerField(source="version.pk")
     label = serializers.CharField(source="version.label")
@@ -286,6 +296,10 @@ class LeaderboardRowSerializer(serializers.Serializer):
     number = serializers.IntegerField(source="version.number")
     scores = serializers.DictField(child=serializers.DictField(child=serializers.FloatField()),
                                    help_text="{benchmark: {metric: value}}")
+    runs = serializers.DictField(child=LeaderboardRunSerializer(),
+                                 help_text="{benchmark: the run its scores come from and how "
+                                 "many documents it scored}: scores on different documents "
+                                 "are not comparable.")
 
 
 class EvaluationEventSerializer(serializers.Serializer):
@@ -364,19 +378,25 @@ class EvaluationRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Sco
         return self.respond(self.reload(run), http_status=status.HTTP_202_ACCEPTED)
 
     def _benchmark(self, run: EvaluationRun, required: bool):
-        raw = self.request.query_params.get("benchmark")
+        """The run's benchmark named by `?benchmark=`: its name, as the CLI takes it, or its
+        id."""
+        raw = self.request.query_params.get("benchmark", "").strip()
         if not raw:
             if required:
-                raise ValidationError({"benchmark": "Name the benchmark (its id)."})
+                raise ValidationError({"benchmark": "Name the benchmark (its name or id)."})
             return None
-        found = run.benchmarks.filter(pk=int(raw)).first() if raw.isdecimal() else None
+        chosen = run.benchmarks.all()  # prefetched by the selector
+        found = next((b for b in chosen if b.name == raw), None) \
+            or next((b for b in chosen if raw.isdecimal() and b.pk == int(raw)), None)
         if found is None:
+            evaluated = ", ".join(sorted(b.name for b in chosen)) or "none"
             raise ValidationError({"benchmark": f"Run {run.pk} did not evaluate benchmark "
-                                   f"{raw!r}."})
+                                   f"{raw!r} (it evaluated {evaluated})."})
         return found
 
     @extend_schema(
-        parameters=[OpenApiParameter("benchmark", int, description="Only this benchmark."),
+        parameters=[OpenApiParameter("benchmark", str, description="Only this benchmark: its "
+                                     "name or id."),
                     OpenApiParameter("offset", int), OpenApiParameter("limit", int)],
         responses=EvaluationSampleSerializer(many=True),
     )
@@ -390,7 +410,8 @@ class EvaluationRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Sco
     @extend_schema(
         parameters=[OpenApiParameter("other", int, required=True,
                                      description="The run to compare with."),
-                    OpenApiParameter("benchmark", int, required=True),
+                    OpenApiParameter("benchmark", str, required=True,
+                                     description="The benchmark: its name or id."),
                     OpenApiParameter("offset", int),
                     OpenApiParameter("limit", int, description=f"At most {MAX_PAIRS}.")],
         responses=SamplePairSerializer(many=True),

@@ -48,24 +48,38 @@ def evaluation_samples(*, run: EvaluationRun,
 
 def leaderboard(*, user, tenant: Tenant) -> list[dict]:
     """One row per version of the tenant that has results: {"version": ModelVersion,
-    "scores": {benchmark_name: {metric: value}}}, each benchmark's scores from the newest
-    succeeded run of that version on it. Empty for a tenant the user is not in."""
+    "scores": {benchmark_name: {metric: value}}, "runs": {benchmark_name: {"run", "documents",
+    "limit", "benchmark_documents", "benchmark_version"}}}, each benchmark's scores from the
+    newest succeeded run of that version on it, with how many documents that run scored (a run
+    with a limit may have scored fewer than the benchmark holds: its scores are not comparable
+    with a full run's). Empty for a tenant the user is not in."""
     if not (is_platform_admin(user) or role_in(user, tenant) is not None):
         return []
     results = (EvaluationResult.objects
                .filter(run__tenant=tenant, run__succeeded=True)
                .select_related("benchmark")
                .order_by("-run__finished_at", "-run_id")
-               .values_list("run__version_id", "run_id", "benchmark__name", "metric", "value"))
+               .values_list("run__version_id", "run_id", "benchmark__name", "metric", "value",
+                            "samples", "run__limit", "benchmark__documents",
+                            "benchmark__content_hash"))
     newest: dict[tuple[int, str], int] = {}
     scores: dict[int, dict[str, dict[str, float]]] = {}
-    for version_id, run_id, benchmark, metric, value in results:
+    runs: dict[int, dict[str, dict]] = {}
+    for (version_id, run_id, benchmark, metric, value, samples, limit, documents,
+         content_hash) in results:
         if newest.setdefault((version_id, benchmark), run_id) != run_id:
             continue  # an older run of this version on this benchmark
         scores.setdefault(version_id, {}).setdefault(benchmark, {})[metric] = value
+        # The documents the runner said it scored; else what the limit leaves of the benchmark.
+        scored = samples or (min(limit, documents) if limit else documents)
+        about = runs.setdefault(version_id, {}).setdefault(benchmark, {
+            "run": run_id, "documents": scored, "limit": limit,
+            "benchmark_documents": documents, "benchmark_version": content_hash[:12]})
+        about["documents"] = max(about["documents"], scored)
     versions = ModelVersion.objects.select_related("model").filter(pk__in=scores) \
         .order_by("model__name", "-number")
-    return [{"version": version, "scores": scores[version.pk]} for version in versions]
+    return [{"version": version, "scores": scores[version.pk], "runs": runs[version.pk]}
+            for version in versions]
 
 
 def paired_samples(*, run_a: EvaluationRun, run_b: EvaluationRun, benchmark: Benchmark,

@@ -220,6 +220,24 @@ def test_the_runner_reports_results_and_samples_once_however_often_it_sends(worl
     assert wrong.status_code == 400 and "benchmark" in wrong.json()["fields"]
 
 
+def test_samples_take_the_benchmark_by_name_as_the_cli_does(world, api, started):
+    run, benchmarks, secret = started
+    _events(api, secret, _report(run, benchmarks))
+    client = api.as_user(world.alpha_viewer)
+    by_name = client.get(f"{RUNS}{run.pk}/samples/", {"benchmark": "mc"})
+    assert by_name.status_code == 200, by_name.json()
+    by_id = client.get(f"{RUNS}{run.pk}/samples/", {"benchmark": benchmarks[0].pk})
+    assert by_name.json() == by_id.json() and by_name.json()["count"] == 4
+    assert {row["benchmark"] for row in by_name.json()["results"]} == {"mc"}
+    unknown = client.get(f"{RUNS}{run.pk}/samples/", {"benchmark": "arithmetic-em"})
+    assert unknown.status_code == 400
+    assert unknown.json()["fields"]["benchmark"] == [
+        f"Run {run.pk} did not evaluate benchmark 'arithmetic-em' (it evaluated mc, prose, "
+        "sums)."]
+    pairs = client.get(f"{RUNS}{run.pk}/compare/", {"benchmark": "mc", "other": run.pk})
+    assert pairs.status_code == 200 and len(pairs.json()) == 4
+
+
 def test_runner_events_need_the_live_token_of_the_runs_job(world, api, started):
     run, benchmarks, secret = started
     assert _events(api, "ogj_not-a-token", _report(run, benchmarks)).status_code == 401
@@ -244,14 +262,16 @@ def test_cancel_stops_the_job(world, api, started):
     assert api.as_user(world.beta_admin).post(f"{RUNS}{run.pk}/cancel/").status_code == 404
 
 
-def _finished_run(world, version, benchmarks, *, acc, minutes_ago, succeeded=True):
+def _finished_run(world, version, benchmarks, *, acc, minutes_ago, succeeded=True,
+                  limit=None, samples=0):
     run = EvaluationRun.objects.create(tenant=world.alpha, name="r", version=version,
-                                       succeeded=succeeded,
+                                       succeeded=succeeded, limit=limit,
                                        finished_at=timezone.now() - timedelta(
                                            minutes=minutes_ago))
     run.benchmarks.set(benchmarks)
     for benchmark in benchmarks:
-        EvaluationResult.objects.create(run=run, benchmark=benchmark, metric="acc", value=acc)
+        EvaluationResult.objects.create(run=run, benchmark=benchmark, metric="acc", value=acc,
+                                        samples=samples)
     return run
 
 
@@ -260,17 +280,27 @@ def test_the_leaderboard_shows_each_versions_newest_succeeded_scores(world, api,
     mc, gen, _ = suites()
     v1 = make_version(world.alpha, number=1)
     v2 = make_version(world.alpha, number=2)
-    _finished_run(world, v1, [mc, gen], acc=0.2, minutes_ago=30)
-    _finished_run(world, v1, [mc], acc=0.4, minutes_ago=10)
+    old = _finished_run(world, v1, [mc, gen], acc=0.2, minutes_ago=30)
+    newer = _finished_run(world, v1, [mc], acc=0.4, minutes_ago=10, samples=mc.documents)
     _finished_run(world, v1, [mc], acc=0.9, minutes_ago=1, succeeded=False)
-    _finished_run(world, v2, [mc], acc=0.7, minutes_ago=5)
+    # Limited to 2 documents, and the runner did not say how many it scored.
+    limited = _finished_run(world, v2, [mc], acc=0.7, minutes_ago=5, limit=2)
 
     rows = api.as_user(world.alpha_viewer).get("/api/v1/mmodel/leaderboard/").json()
+    assert mc.documents > 2
+
+    def about(run, benchmark, documents, limit=None):
+        return {"run": run.pk, "documents": documents, "limit": limit,
+                "benchmark_documents": benchmark.documents,
+                "benchmark_version": benchmark.content_hash[:12]}
+
     assert rows == [
         {"version": v2.pk, "label": "tiny:v2", "model": "tiny", "number": 2,
-         "scores": {"mc": {"acc": 0.7}}},
+         "scores": {"mc": {"acc": 0.7}}, "runs": {"mc": about(limited, mc, 2, limit=2)}},
         {"version": v1.pk, "label": "tiny:v1", "model": "tiny", "number": 1,
-         "scores": {"mc": {"acc": 0.4}, "sums": {"acc": 0.2}}},
+         "scores": {"mc": {"acc": 0.4}, "sums": {"acc": 0.2}},
+         "runs": {"mc": about(newer, mc, mc.documents),
+                  "sums": about(old, gen, gen.documents)}},
     ]
     beta = api.as_user(world.beta_member).get("/api/v1/mmodel/leaderboard/",
                                               {"tenant": "alpha"})

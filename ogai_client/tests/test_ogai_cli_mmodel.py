@@ -396,6 +396,29 @@ def test_eval_follow_prints_results_then_samples_and_leaderboard(as_member, farm
     assert "succeeded" in out and "20 requests, 5 answered from the cache" in words(out)
 
 
+@live
+def test_eval_leaderboard_says_which_scores_a_limit_cut_short(as_member, world, make_version,
+                                                             suite, capsys):
+    mc, _ = suite
+    full, quick = make_version(world.alpha, number=1), make_version(world.alpha, number=2)
+    for version, limit, samples, acc in ((full, None, 5, 0.4), (quick, 2, 2, 1.0)):
+        run = EvaluationRun.objects.create(tenant=world.alpha, name="r", version=version,
+                                           succeeded=True, finished_at=timezone.now(),
+                                           limit=limit)
+        run.results.create(benchmark=mc, metric="acc", value=acc, samples=samples)
+    code, out, err = ogai(capsys, "eval", "leaderboard")
+    assert code == 0, err
+    rows = {line.split()[0]: words(line) for line in out.splitlines()[1:] if line.strip()}
+    assert rows["tiny:v2"] == "tiny:v2 1.0000 (2 docs, limit)"
+    assert rows["tiny:v1"] == "tiny:v1 0.4000"
+    assert "over fewer documents than their benchmark holds" in words(err)
+    code, out, _ = ogai(capsys, "eval", "leaderboard", "--json")
+    by_label = {row["label"]: row for row in json.loads(out)}
+    assert by_label["tiny:v2"]["runs"]["mc"]["limit"] == 2
+    assert by_label["tiny:v2"]["runs"]["mc"]["documents"] == 2
+    assert by_label["tiny:v1"]["runs"]["mc"]["benchmark_documents"] == 5
+
+
 # -- deployments --------------------------------------------------------------------------------
 
 @live
