@@ -194,7 +194,10 @@ def test_a_bad_file_is_one_line_and_leaves_no_version(as_member, cluster, capsys
     assert code == 1 and not out
     assert err.startswith("error: file: corpus.jsonl line 2: not JSON"), err
     assert not DatasetVersion.objects.exists()
+    assert not Dataset.objects.exists(), "a refused upload leaves no empty dataset behind"
 
+    code, _, err = ogai(capsys, "dataset", "create", "corpus")
+    assert code == 0, err
     code, _, err = ogai(capsys, "dataset", "upload", tmp_path / "corpus.jsonl", "--kind",
                         "instruction")
     assert code == 1 and "holds text data, not instruction" in err
