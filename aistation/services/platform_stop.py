@@ -17,28 +17,14 @@ from aistation.models import Attempt, Job
 from aistation.services.attempts import attempt_record_usage, attempts_stop
 from aistation.services.transitions import job_transition
 from infra_os.services.audit import audit_record
-from podsys.drivers.base import DriverError
-from podsys.drivers.local import LocalDriver
 from podsys.models import Cluster
-from podsys.runtime import driver_for
+from podsys.runtime import local_clusters
 
 logger = logging.getLogger(__name__)
 
 PLATFORM_STOPPED = "the platform stopped; it starts again when the platform does"
 # Stops run side by side: each may wait out its driver's grace.
 MAX_PARALLEL_STOPS = 16
-
-
-def local_clusters() -> list[Cluster]:
-    """The clusters whose work runs as processes of this machine."""
-    found = []
-    for cluster in Cluster.objects.order_by("pk"):
-        try:
-            if isinstance(driver_for(cluster), LocalDriver):
-                found.append(cluster)
-        except DriverError:
-            continue  # a cluster whose driver cannot be made runs nothing here
-    return found
 
 
 def local_work_stop(*, reason: str = PLATFORM_STOPPED) -> list[int]:
