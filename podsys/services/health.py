@@ -514,7 +514,7 @@ def health_checks_stop_local(*, reason: str) -> int:
     """The platform stops: end the checks running on its local clusters as could not run
     (`reason`; an error, which says nothing about the node) and stop their workloads, which
     would otherwise outlive it. Returns the runs ended."""
-    now, totals = timezone.now(), Counter()
+    now, totals = timezone.now(), Counter[str]()
     for cluster in local_clusters():
         driver = driver_for(cluster)
         for workload_id, runs in _running(cluster).items():
