@@ -25,3 +25,12 @@ class AistationConfig(AppConfig):
         from aistation.services.demo import demo_seed
 
         demo_seed(stdout=stdout)
+
+    def platform_stop(self, *, stdout) -> None:
+        """`manage.py runplatform` stopped: the work on this machine's clusters stops too."""
+        from aistation.services.platform_stop import local_work_stop
+
+        queued = local_work_stop()
+        if queued:
+            stdout.write(f"Stopped the work on this machine; jobs {', '.join(map(str, queued))} "
+                         "queue again and start when OGAI does.")

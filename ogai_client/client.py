@@ -530,6 +530,23 @@ class OgaiClient:
         """Upload a corpus file (.jsonl, .txt/.md, or a .zip of them) as the dataset's next
         version. The file is streamed, never read whole into memory; `on_progress(sent,
         total)` is called as its bytes go out."""
+        return self._upload_corpus(f"{YLINK}/datasets/{int(dataset_id)}/upload/", path, {},
+                                   on_progress)
+
+    def create_dataset_from_upload(self, name: str, path: str | os.PathLike, *,
+                                   kind: str = "text", description: str = "",
+                                   tenant: str | None = None,
+                                   on_progress: Callable[[int, int], None] | None = None
+                                   ) -> DatasetVersion:
+        """A new dataset with a corpus file as its first version, in one request: when the
+        server refuses the file, no dataset is created."""
+        fields = {"name": name, "kind": kind, "description": description}
+        if tenant:
+            fields["tenant"] = tenant
+        return self._upload_corpus(f"{YLINK}/datasets/upload/", path, fields, on_progress)
+
+    def _upload_corpus(self, url: str, path: str | os.PathLike, fields: dict[str, str],
+                       on_progress: Callable[[int, int], None] | None) -> DatasetVersion:
         path = Path(path)
         try:
             stream = path.open("rb")
@@ -541,7 +558,7 @@ class OgaiClient:
             reader = ProgressReader(stream, on_progress)
             timeout = httpx.Timeout(self.timeout, read=max(self.timeout, UPLOAD_READ_TIMEOUT_S))
             data = self._request(
-                "POST", f"{YLINK}/datasets/{int(dataset_id)}/upload/", timeout=timeout,
+                "POST", url, timeout=timeout, data=fields or None,
                 files={"file": (path.name, reader, "application/octet-stream")})
         return DatasetVersion.from_api(data)
 

@@ -812,6 +812,11 @@ def _deployment_action(action: str) -> Callable[[argparse.Namespace, Context], i
 
 # -- chat ---------------------------------------------------------------------------------------
 
+# An answer's length unless --max-tokens says otherwise, as in the playground: a small model
+# that never says it is done would otherwise write until its context is full (a minute on a CPU).
+CHAT_MAX_TOKENS = 256
+
+
 def _answer(ctx: Context, client: OgaiClient, args: argparse.Namespace,
             messages: list[dict]) -> str:
     """Stream one answer to stdout as it arrives; returns it whole."""
@@ -1086,4 +1091,5 @@ def add_commands(commands: Any, command: Callable[..., Any]) -> None:
     chat.add_argument("--system", "-s", metavar="TEXT", help="a system prompt")
     chat.add_argument("--temperature", "-t", type=_temperature, help="0 to 2")
     chat.add_argument("--max-tokens", "-n", type=_positive_int, metavar="N",
-                      help="the most tokens of each answer")
+                      default=CHAT_MAX_TOKENS,
+                      help=f"the most tokens of each answer (default {CHAT_MAX_TOKENS})")

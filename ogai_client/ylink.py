@@ -282,22 +282,25 @@ def cmd_dataset_upload(args: argparse.Namespace, ctx: Context) -> int:
     client = ctx.client()
     name = args.dataset or _name_from_file(path)
     dataset = client.find_dataset(name, tenant=args.tenant)
-    created = False
-    if dataset is None:
-        if not args.create:
-            where = f" in tenant {args.tenant}" if args.tenant else ""
-            raise OgaiError("not_found", f"no dataset {name}{where}: add --create to make "
-                            f"it, or name another with --dataset")
-        dataset = client.create_dataset(name, kind=args.kind or "text", tenant=args.tenant)
-        created = True
-    elif args.kind and args.kind != dataset.kind:
+    if dataset is None and not args.create:
+        where = f" in tenant {args.tenant}" if args.tenant else ""
+        raise OgaiError("not_found", f"no dataset {name}{where}: add --create to make "
+                        f"it, or name another with --dataset")
+    if dataset is not None and args.kind and args.kind != dataset.kind:
         raise OgaiError("invalid", f"dataset {dataset.name} holds {dataset.kind} data, not "
                         f"{args.kind}; --kind applies to a dataset --create makes")
     show = ctx.err.is_terminal and not args.json and not args.quiet
     with _upload_progress(ctx, path.name, show) as on_progress:
-        version = client.upload_dataset(dataset.id, path, on_progress=on_progress)
-    if created and not args.json and not args.quiet:
-        ctx.note(f"created dataset {dataset.name} in {dataset.tenant} ({dataset.kind})")
+        if dataset is None:
+            # One request: a file the server refuses leaves no empty dataset behind.
+            version = client.create_dataset_from_upload(
+                name, path, kind=args.kind or "text", tenant=args.tenant,
+                on_progress=on_progress)
+        else:
+            version = client.upload_dataset(dataset.id, path, on_progress=on_progress)
+    if dataset is None and not args.json and not args.quiet:
+        ctx.note(f"created dataset {version.dataset} in {version.tenant} "
+                 f"({args.kind or 'text'})")
     if args.json:
         _print_json(ctx, version.raw)
     elif args.quiet:

@@ -15,3 +15,11 @@ class PodsysConfig(AppConfig):
         from podsys.services.demo import demo_seed
 
         demo_seed(stdout=stdout)
+
+    def platform_stop(self, *, stdout) -> None:
+        """`manage.py runplatform` stopped: health checks running on this machine stop too."""
+        from podsys.services.health import health_checks_stop_local
+
+        ended = health_checks_stop_local(reason="the platform stopped while it ran")
+        if ended:
+            stdout.write(f"Stopped {ended} health checks running on this machine.")

@@ -24,3 +24,17 @@ def driver_for(cluster: Cluster) -> ClusterDriver:
         except DecryptionError as exc:
             raise DriverError(f"cluster {cluster.name}: {exc}") from None
     return get_driver(cluster=cluster.name, driver=cluster.driver, options=options)
+
+
+def local_clusters() -> list[Cluster]:
+    """The clusters whose work runs as processes of this machine (the local driver's)."""
+    from podsys.drivers.local import LocalDriver
+
+    found = []
+    for cluster in Cluster.objects.order_by("pk"):
+        try:
+            if isinstance(driver_for(cluster), LocalDriver):
+                found.append(cluster)
+        except DriverError:
+            continue  # a cluster whose driver cannot be made runs nothing here
+    return found

@@ -1,5 +1,7 @@
 """Reads, always scoped to the caller's tenants."""
 
+from pathlib import Path
+
 from django.db.models import Count, Max, QuerySet
 
 from infra_os.access import scope_to_user
@@ -47,5 +49,8 @@ def training_metrics(*, run: TrainingRun, after_step: int = -1,
     return run.metrics.filter(step__gt=after_step).order_by("step")[:limit]
 
 
-def training_checkpoints(*, run: TrainingRun) -> QuerySet[Checkpoint]:
-    return run.checkpoints.order_by("-step")
+def training_checkpoints(*, run: TrainingRun) -> list[Checkpoint]:
+    """The run's checkpoints whose files are still there, newest first: the runner keeps only
+    the newest few, and a folder may be deleted by hand, so a row alone proves nothing."""
+    return [checkpoint for checkpoint in run.checkpoints.order_by("-step")
+            if checkpoint.path and Path(checkpoint.path).exists()]

@@ -485,10 +485,12 @@ def test_the_run_page_draws_the_loss_curve_from_metrics(signed_in, toolchain):
     assert 'hx-trigger="every 2s"' in content
 
 
-def test_the_status_part_has_checkpoints_and_the_result(signed_in, toolchain):
+def test_the_status_part_has_checkpoints_and_the_result(signed_in, toolchain, tmp_path):
     run = toolchain.alpha.training
-    run.checkpoints.create(step=50, path="/ckpt/step-50", bytes=3 * 2**20,
-                           created_at=timezone.now())
+    (tmp_path / "step-50").mkdir()
+    for step in (40, 50):  # the runner deleted step 40's folder: it is no longer listed
+        run.checkpoints.create(step=step, path=str(tmp_path / f"step-{step}"),
+                               bytes=3 * 2**20, created_at=timezone.now())
     run.succeeded, run.artifact, run.output_path, run.parameters = \
         True, "model", "/out/model", 612_345
     run.finished_at = timezone.now()
@@ -498,6 +500,7 @@ def test_the_status_part_has_checkpoints_and_the_result(signed_in, toolchain):
                         **HTMX).content.decode()
     assert "<html" not in status and "every 2s" not in status
     assert '<tr data-checkpoint="50">' in status and "3.0\xa0MB" in status
+    assert 'data-checkpoint="40"' not in status
     assert "/out/model" in status and "612,345" in status
     link = f'{reverse("frontend:training-run-start")}?base={run.pk}'
     assert link in status and "Fine-tune this model" in status

@@ -12,8 +12,11 @@ from ylink.models import TrainingRun
 from ylink.services.demo import DEMO_TENANT, DEMO_TRAINING
 
 DEMO_MODEL = str(DEMO_TRAINING["name"])
-# A demo deployment left alone sleeps after this long and wakes on the next request.
-DEMO_IDLE_TIMEOUT_S = 1800
+# A demo deployment left alone sleeps after this long and wakes on the next request. Five
+# minutes: longer than the pauses of a conversation in the playground, and the tiny GPT wakes
+# in seconds; on the small machine the demo runs on, the core it holds is what a newcomer's
+# next job or deployment waits for, so it is not held for half an hour.
+DEMO_IDLE_TIMEOUT_S = 300
 
 
 def demo_seed(*, stdout) -> None:

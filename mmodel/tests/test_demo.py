@@ -1,11 +1,19 @@
 """The demo's last steps: its tiny GPT, once trained, is registered and deployed."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from aistation.services.jobs import job_submit
 from aistation.services.queues import queue_create
 from infra_os.choices import Role
+from mmodel.choices import DeploymentState
 from mmodel.models import Deployment, ModelVersion
+from mmodel.selectors.deployments import deployment_state
+from mmodel.services import deployment_watch
+from mmodel.services.demo import DEMO_IDLE_TIMEOUT_S
+from mmodel.services.deployments import deployment_wake
 from mmodel.tests import registry_fixtures
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from ylink.models import Dataset, DatasetVersion, TrainingRun
@@ -63,3 +71,31 @@ def test_other_training_runs_are_left_to_their_owners(trained, eager):
     for tenant, name in (("demo", "my-own-gpt"), ("acme", DEMO_TRAINING["name"])):
         training_run_succeeded.send(TrainingRun, run=trained(tenant, name))
     assert not ModelVersion.objects.exists() and not Deployment.objects.exists()
+
+
+def test_the_demo_deployment_sleeps_when_idle_and_a_request_wakes_it(trained, eager, farm,
+                                                                     monkeypatch):
+    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, ""))
+    run = trained("demo", DEMO_TRAINING["name"])
+    training_run_succeeded.send(TrainingRun, run=run)
+    deployment = Deployment.objects.get(tenant=run.tenant)
+    assert deployment.idle_timeout_s == DEMO_IDLE_TIMEOUT_S == 300
+
+    def state():
+        return deployment_state(Deployment.objects.get(pk=deployment.pk))
+
+    farm.cycle()
+    ready_at = timezone.now()
+    deployment_watch.deployments_watch(now=ready_at)
+    assert state() == DeploymentState.READY
+    deployment_watch.deployments_watch(now=ready_at + timedelta(seconds=DEMO_IDLE_TIMEOUT_S - 5))
+    assert state() == DeploymentState.READY, "a pause in a conversation"
+    deployment_watch.deployments_watch(now=ready_at + timedelta(seconds=DEMO_IDLE_TIMEOUT_S + 5))
+    assert state() == DeploymentState.SCALED_TO_ZERO
+    assert deployment.replica_set.get().job.state in {"cancelled", "succeeded", "failed"}, \
+        "its core is free"
+
+    deployment_wake(deployment_id=deployment.pk)  # what the gateway does on a request
+    farm.cycle()
+    assert state() != DeploymentState.SCALED_TO_ZERO
+    assert deployment.replica_set.get().job.state == "running"

@@ -582,6 +582,7 @@ def test_chat_streams_the_answer_and_keeps_a_conversation(gateway, capsys, monke
     code, out, err = ogai(capsys, "chat", "echo")
     assert code == 0, err
     assert out == "You said: Hi\nYou said: How are you?\n"
+    assert Gateway.requests[-1]["max_tokens"] == 256, "an answer has a bound by default"
     assert Gateway.requests[-1]["messages"] == [
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "You said: Hi"},
         {"role": "user", "content": "How are you?"}]

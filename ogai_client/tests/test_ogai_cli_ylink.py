@@ -194,7 +194,10 @@ def test_a_bad_file_is_one_line_and_leaves_no_version(as_member, cluster, capsys
     assert code == 1 and not out
     assert err.startswith("error: file: corpus.jsonl line 2: not JSON"), err
     assert not DatasetVersion.objects.exists()
+    assert not Dataset.objects.exists(), "a refused upload leaves no empty dataset behind"
 
+    code, _, err = ogai(capsys, "dataset", "create", "corpus")
+    assert code == 0, err
     code, _, err = ogai(capsys, "dataset", "upload", tmp_path / "corpus.jsonl", "--kind",
                         "instruction")
     assert code == 1 and "holds text data, not instruction" in err
@@ -436,6 +439,8 @@ def train_spec(tmp_path, **changes):
 
 def test_train_follow_prints_progress_and_exits_0(shards, cluster, capsys, tmp_path,
                                                   monkeypatch):
+    checkpoint = tmp_path / "ckpt" / "step-20"  # listed while its folder is there
+    checkpoint.mkdir(parents=True)
     def progress(step, loss, eta):
         return [event("metric", step=step, loss=loss, lr=3e-4, tokens=step * 128,
                       tokens_per_s=1500.0),
@@ -446,7 +451,7 @@ def test_train_follow_prints_progress_and_exits_0(shards, cluster, capsys, tmp_p
         [],
         [event("started", attempt=1, world_size=1, resumed_from_step=None),
          *progress(10, 5.25, 90)],
-        [*progress(20, 4.5, 60), event("checkpoint", step=20, path="/ckpt/step-20",
+        [*progress(20, 4.5, 60), event("checkpoint", step=20, path=str(checkpoint),
                                        bytes=4096)],
         [*progress(40, 3.75, 0), event("done", output={
             "path": "/out", "artifact": "model", "parameters": 123456, "final_loss": 3.75,
@@ -472,7 +477,7 @@ def test_train_follow_prints_progress_and_exits_0(shards, cluster, capsys, tmp_p
 
     code, out, err = ogai(capsys, "train", "show", run.pk)
     assert code == 0, err
-    assert "checkpoints" in out and "/ckpt/step-20" in out
+    assert "checkpoints" in out and str(checkpoint) in out
     assert f"model at {run.output_path} (123,456 parameters)" in " ".join(out.split())
     code, out, _ = ogai(capsys, "train", "metrics", run.pk, "--after-step", 10)
     assert [line.split()[:2] for line in out.splitlines()[1:]] == [["20", "4.5000"],

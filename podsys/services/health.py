@@ -90,7 +90,7 @@ from podsys.health.checks import GpuPresence, HealthCheck, Verdict
 from podsys.health.registry import health_checks
 from podsys.health.result import parse_result
 from podsys.models import Cluster, DeploymentRun, HealthCheckRun, Node
-from podsys.runtime import driver_for
+from podsys.runtime import driver_for, local_clusters
 from podsys.signals import node_out_of_service
 
 logger = logging.getLogger(__name__)
@@ -508,6 +508,21 @@ def _collect(cluster: Cluster, driver: ClusterDriver, checks: dict[str, HealthCh
                 _finish(run, Verdict.could_not_run(f"timed out after {check.timeout_s:g} s"),
                         now, totals)
                 totals["timed_out"] += 1
+
+
+def health_checks_stop_local(*, reason: str) -> int:
+    """The platform stops: end the checks running on its local clusters as could not run
+    (`reason`; an error, which says nothing about the node) and stop their workloads, which
+    would otherwise outlive it. Returns the runs ended."""
+    now, totals = timezone.now(), Counter[str]()
+    for cluster in local_clusters():
+        driver = driver_for(cluster)
+        for workload_id, runs in _running(cluster).items():
+            with contextlib.suppress(DriverError):
+                driver.cancel(workload_id)
+            for run in runs:
+                _finish(run, Verdict.could_not_run(reason), now, totals)
+    return totals["finished"]
 
 
 # Scheduling and starting runs ---------------------------------------------------------------

@@ -465,3 +465,64 @@ def test_cleanup_deletes_finished_health_checks_a_day_later_and_keeps_jobs(drive
     assert driver.cleanup(now=time.time() + 2 * 86400) == 1
     assert not (root / "workloads" / "hc-1").exists()
     assert "measured" in driver.logs("job-1-a1")
+
+
+def _supervisor_pid(driver: LocalDriver, handle: str) -> int:
+    state = json.loads((driver.root / "workloads" / handle / "workload.json").read_text())
+    return state["replicas"][0]["pid"]
+
+
+COUNT_SIGTERMS = """
+    import signal, sys, time
+    got = []
+    def stop(signum, frame):
+        got.append(signum)
+        print(f"sigterm {len(got)}", flush=True)
+        if len(got) == 1:
+            time.sleep(0.2)  # a second SIGTERM would land while it saves
+            sys.exit(143)
+    signal.signal(signal.SIGTERM, stop)
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+
+
+def test_cancel_delivers_sigterm_once(driver, tmp_path):
+    driver.launch(workload("once-1", script(tmp_path, COUNT_SIGTERMS)))
+    wait_for_log(driver, "once-1", "ready")
+    driver.cancel("once-1")
+    log = driver.logs("once-1")
+    assert "sigterm 1" in log and "sigterm 2" not in log
+    assert driver.status(["once-1"])["once-1"].exit_code == 143
+
+
+def test_sigterm_to_the_supervisor_alone_stops_its_command_and_records_how(driver, tmp_path):
+    driver.launch(workload("alone-1", script(tmp_path, COUNT_SIGTERMS)))
+    wait_for_log(driver, "alone-1", "ready")
+    os.kill(_supervisor_pid(driver, "alone-1"), signal.SIGTERM)  # a person's `kill`
+    result = wait_done(driver, "alone-1")
+    assert result.exit_code == 143
+    log = driver.logs("alone-1")
+    assert "sigterm 1" in log and "sigterm 2" not in log
+    wait_until(lambda: live_processes(driver.root, "alone-1") == [])
+
+
+def test_sigint_to_the_supervisor_alone_kills_a_command_that_ignores_it(driver, tmp_path):
+    path = script(
+        tmp_path,
+        """
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        print(f"child {child.pid}", flush=True)
+        time.sleep(60)
+        """,
+    )
+    driver.launch(workload("deaf-1", path, env={"OGAI_STOP_GRACE_S": "0.5"}))
+    log = wait_for_log(driver, "deaf-1", "child ")
+    grandchild = int(log.split("child ")[1].split()[0])
+    os.kill(_supervisor_pid(driver, "deaf-1"), signal.SIGINT)
+    result = wait_done(driver, "deaf-1")
+    assert result.exit_code == -9
+    wait_until(lambda: live_processes(driver.root, "deaf-1", (grandchild,)) == [])

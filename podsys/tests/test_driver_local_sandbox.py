@@ -305,3 +305,33 @@ def test_the_command_shows_only_a_python_environment_never_the_folder_around_it(
     assert not any(path.startswith(str(tmp_path / "d")) for path in shown)
     with pytest.raises(sandbox.SandboxError, match="overlap"):
         sandbox.readonly_paths(("python",), hidden=[tmp_path / "d"], extra=[str(tmp_path)])
+
+
+def test_sigterm_to_a_sandboxed_supervisor_alone_reaches_its_command(driver, data_dir):
+    """A person's `kill` of the supervisor: forwarded into the sandbox, the command saves and
+    ends, its exit code is recorded, nothing is left."""
+    checkpoint = data_dir / "ck"
+    code = """
+    import os, pathlib, signal, sys, time
+    def save(signum, frame):
+        pathlib.Path(os.environ["OGAI_CHECKPOINT_DIR"], "saved").write_text("on sigterm")
+        sys.exit(3)
+    signal.signal(signal.SIGTERM, save)
+    print("ready", flush=True)
+    time.sleep(120)
+    """
+    handle = driver.launch(tenant_workload("alone-1", code, checkpoint_dir=str(checkpoint)))
+    deadline = time.monotonic() + DEADLINE_S
+    while "ready" not in driver.logs(handle):
+        assert time.monotonic() < deadline, driver.logs(handle)
+        time.sleep(0.05)
+    state = json.loads((driver.root / "workloads" / handle / "workload.json").read_text())
+    supervisor = state["replicas"][0]["pid"]
+    os.kill(supervisor, signal.SIGTERM)
+    status = finish(driver, handle)
+    assert status.exit_code == 3
+    assert (checkpoint / "saved").read_text() == "on sigterm"
+    while os.path.exists(f"/proc/{supervisor}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{supervisor}") or \
+        Path(f"/proc/{supervisor}/stat").read_text().split()[2] == "Z"

@@ -329,3 +329,32 @@ def test_an_all_reduce_asked_for_without_a_driver_is_a_clear_error(api, world, f
     assert response.status_code == 400
     assert "kubeconfig rejected" in response.json()["fields"]["check"][0]
     assert not HealthCheckRun.objects.exists()
+
+
+def test_the_platform_stopping_stops_checks_running_on_this_machine(world, tmp_path):
+    from podsys.drivers.base import Phase, Resources, Workload
+    from podsys.models import Cluster
+    from podsys.services.clusters import cluster_sync_nodes
+    from podsys.services.health import health_checks_stop_local
+
+    cluster = Cluster.objects.create(name="here", driver="local",
+                                     options={"root": str(tmp_path), "grace_s": 1})
+    node = cluster_sync_nodes(cluster=cluster)[0]
+    run = HealthCheckRun.objects.create(node=node, check_name="gpu-presence",
+                                        severity="fatal", state=CheckState.RUNNING)
+    run.workload_id = f"hc-{run.pk}"
+    run.save()
+    driver = driver_for(cluster)
+    driver.launch(Workload(id=run.workload_id, resources=Resources(),
+                           command=("sleep", "600")))
+    assert driver.status([run.workload_id])[run.workload_id].phase == Phase.RUNNING
+    started = time.monotonic()
+
+    assert health_checks_stop_local(reason="the platform stopped while it ran") == 1
+
+    assert time.monotonic() - started < 10
+    assert driver.status([run.workload_id])[run.workload_id].phase == Phase.FAILED
+    run.refresh_from_db()
+    assert (run.state, run.summary) == (CheckState.ERROR, "the platform stopped while it ran")
+    node.refresh_from_db()
+    assert node.schedulable, "an error says nothing about the node"

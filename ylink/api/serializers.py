@@ -30,6 +30,13 @@ class DatasetUploadSerializer(serializers.Serializer):
     file = serializers.FileField(help_text="A .jsonl, .txt or .md file, or a .zip of them.")
 
 
+class DatasetCreateUploadSerializer(DatasetCreateSerializer):
+    """A new dataset and its first version in one request: no dataset when the file is
+    refused."""
+
+    file = serializers.FileField(help_text="A .jsonl, .txt or .md file, or a .zip of them.")
+
+
 class DatasetSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)

@@ -16,7 +16,12 @@ from ylink.filtersets import (
     PipelineRunFilterSet,
     TrainingRunFilterSet,
 )
-from ylink.services.datasets import check_upload_size, dataset_create, dataset_upload
+from ylink.services.datasets import (
+    check_upload_size,
+    dataset_create,
+    dataset_create_from_upload,
+    dataset_upload,
+)
 from ylink.services.pipelines import pipeline_run_cancel, pipeline_run_start
 from ylink.services.runner_events import runner_events_apply
 from ylink.services.training import training_run_cancel, training_run_start
@@ -40,7 +45,8 @@ class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
     selector = selectors.dataset_list
     output_serializer_class = s.DatasetSerializer
     input_serializer_classes = {"create": s.DatasetCreateSerializer,
-                                "upload": s.DatasetUploadSerializer}
+                                "upload": s.DatasetUploadSerializer,
+                                "create_with_upload": s.DatasetCreateUploadSerializer}
     filterset_class = DatasetFilterSet
 
     @extend_schema(request=s.DatasetCreateSerializer, responses={201: s.DatasetSerializer})
@@ -60,6 +66,19 @@ class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
         if upload is None:
             raise ValidationError({"file": "Send the corpus as the multipart field 'file'."})
         version = dataset_upload(actor=request.user, dataset=dataset, upload=upload)
+        return self.respond(version, http_status=status.HTTP_201_CREATED,
+                            serializer=s.DatasetVersionSerializer)
+
+    @extend_schema(operation_id="ylink_datasets_create_with_upload",
+                   request={"multipart/form-data": s.DatasetCreateUploadSerializer},
+                   responses={201: s.DatasetVersionSerializer})
+    @action(detail=False, methods=["post"], url_path="upload", parser_classes=[MultiPartParser])
+    def create_with_upload(self, request):
+        """Create a dataset with a file as its first version; a refused file creates none."""
+        length = request.META.get("CONTENT_LENGTH")
+        check_upload_size(int(length) if length and length.isdigit() else None)
+        data = self.validated_input()
+        version = dataset_create_from_upload(actor=request.user, upload=data.pop("file"), **data)
         return self.respond(version, http_status=status.HTTP_201_CREATED,
                             serializer=s.DatasetVersionSerializer)
 

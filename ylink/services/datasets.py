@@ -1,7 +1,10 @@
 """Datasets and their versions: creating, uploading, recording a pipeline's output."""
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -82,31 +85,64 @@ def dataset_upload(*, actor, dataset: Dataset, upload) -> DatasetVersion:
     `chunks()`, `open()`), streamed to disk and checked on the way; nothing is kept when any
     check fails."""
     require_role(actor, dataset.tenant, WRITE_ROLES)
+    with _staged(upload, dataset.kind) as staged, transaction.atomic():
+        return _record_upload(actor=actor, dataset=dataset, staged=staged)
+
+
+def dataset_create_from_upload(*, actor, tenant: Tenant, name: str, upload,
+                               kind: str = DatasetKind.TEXT,
+                               description: str = "") -> DatasetVersion:
+    """A new dataset with the uploaded file as its first version, in one step: the file is
+    read and checked first, and a dataset exists only with its version, so a refused upload
+    leaves no empty dataset behind. Read outside the transaction, which a long upload would
+    hold open."""
+    require_role(actor, tenant, WRITE_ROLES)
+    if Dataset.objects.filter(tenant=tenant, name=name).exists():
+        raise ValidationError({"name": f"{tenant.name} already has a dataset {name!r}."})
+    with _staged(upload, kind) as staged, transaction.atomic():
+        dataset = dataset_create(actor=actor, tenant=tenant, name=name, kind=kind,
+                                 description=description)
+        return _record_upload(actor=actor, dataset=dataset, staged=staged)
+
+
+class _Staged(NamedTuple):
+    name: str
+    folder: Path
+    stats: Any
+    digest: str
+
+
+@contextlib.contextmanager
+def _staged(upload, kind: str) -> Iterator[_Staged]:
+    """The upload streamed into a staging folder and checked; the folder is removed unless
+    its version took it."""
     check_upload_size(upload.size)
     name = Path(upload.name or "upload").name
     folder = storage.staging_folder()
     try:
         stats = read_upload(
             name=name, chunks=upload.chunks(), open_file=lambda: upload.open("rb"),
-            folder=folder, dataset_kind=dataset.kind, max_bytes=max_upload_bytes(),
+            folder=folder, dataset_kind=kind, max_bytes=max_upload_bytes(),
             max_files=settings.OGAI_DATASET_MAX_FILES,
         )
         files = storage.document_files(folder)
-        digest = storage.content_hash(files, folder)
-        with transaction.atomic():
-            version = _record(
-                dataset=dataset, folder=folder, fmt=VersionFormat.JSONL,
-                documents=stats.documents, size=stats.bytes, content_hash=digest,
-                stats=stats.summary(), actor=actor, source=name, action="dataset.upload",
-                changes={"file": name, "documents": stats.documents, "bytes": stats.bytes},
-            )
+        yield _Staged(name, folder, stats, storage.content_hash(files, folder))
     except UploadError as error:
         storage.remove(folder)
         raise ValidationError({"file": str(error)}) from None
     except BaseException:
         storage.remove(folder)
         raise
-    return version
+
+
+def _record_upload(*, actor, dataset: Dataset, staged: _Staged) -> DatasetVersion:
+    stats = staged.stats
+    return _record(
+        dataset=dataset, folder=staged.folder, fmt=VersionFormat.JSONL,
+        documents=stats.documents, size=stats.bytes, content_hash=staged.digest,
+        stats=stats.summary(), actor=actor, source=staged.name, action="dataset.upload",
+        changes={"file": staged.name, "documents": stats.documents, "bytes": stats.bytes},
+    )
 
 
 def dataset_version_from_run(*, run: PipelineRun, output: dict) -> DatasetVersion:

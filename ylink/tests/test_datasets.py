@@ -177,3 +177,38 @@ def test_dataset_names_are_checked(api, world):
     duplicate = client.post(DATASETS, {"name": "corpus", "tenant": "alpha"}, format="json")
     assert duplicate.status_code == 400 and "already has" in duplicate.json()["fields"]["name"][0]
     assert Dataset.objects.count() == 1
+
+
+def _create_with_upload(api, fields, filename, content):
+    return api.post(f"{DATASETS}upload/", {**fields, "file": ContentFile(content, name=filename)},
+                    format="multipart")
+
+
+def test_a_dataset_made_with_its_first_upload_exists_only_with_it(api, world):
+    member = api.as_user(world.alpha_member)
+    refused = _create_with_upload(member, {"name": "corpus", "tenant": "alpha"}, "c.jsonl",
+                                  b'{"text": "fine"}\n{"text": oops}\n')
+    assert refused.status_code == 400
+    assert "line 2" in refused.json()["fields"]["file"][0]
+    assert not Dataset.objects.exists(), "no empty dataset behind a refused upload"
+    assert _left_behind() == []
+
+    made = _create_with_upload(member, {"name": "corpus", "tenant": "alpha", "kind": "text"},
+                               "c.jsonl", jsonl("one", "two"))
+    assert made.status_code == 201, made.json()
+    assert (made.json()["dataset"], made.json()["number"], made.json()["documents"]) == \
+        ("corpus", 1, 2)
+    again = _create_with_upload(member, {"name": "corpus", "tenant": "alpha"}, "c.jsonl",
+                                jsonl("three"))
+    assert again.status_code == 400 and "already has a dataset" in again.json()["fields"]["name"][0]
+    assert DatasetVersion.objects.count() == 1
+
+
+def test_another_tenant_or_a_viewer_cannot_create_with_an_upload(api, world):
+    beta = api.as_user(world.beta_member)
+    refused = _create_with_upload(beta, {"name": "x", "tenant": "alpha"}, "c.jsonl", jsonl("x"))
+    assert refused.status_code == 400 and "tenant" in refused.json()["fields"]  # as POST /datasets/
+    viewer = api.as_user(world.alpha_viewer)
+    assert _create_with_upload(viewer, {"name": "x", "tenant": "alpha"}, "c.jsonl",
+                               jsonl("x")).status_code == 403
+    assert not Dataset.objects.exists()

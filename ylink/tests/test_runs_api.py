@@ -168,8 +168,11 @@ def test_reports_are_applied_once_however_often_they_arrive(api, farm, make_vers
            "data": {"step": step, "loss": 6.0 - step / 10, "lr": 1e-3, "tokens": step * 100,
                     "tokens_per_s": 50.0}} for step in (5, 10, 15)),
         {"kind": "checkpoint", "at": "2026-11-30T01:00:16Z",
-         "data": {"step": 15, "path": "/x/step-15", "bytes": 1234}},
+         "data": {"step": 10, "path": str(tmp_path / "step-10"), "bytes": 1234}},
+        {"kind": "checkpoint", "at": "2026-11-30T01:00:16Z",
+         "data": {"step": 15, "path": str(tmp_path / "step-15"), "bytes": 1234}},
     ]
+    (tmp_path / "step-15").mkdir()  # the runner kept only its newest checkpoint
     runner_events_apply(job=run.job, events=events)
     # The runner was killed after step 15; its next attempt resumed from 10 and re-sent 15.
     runner_events_apply(job=run.job, events=[
