@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from aistation.services.platform_stop import PLATFORM_STOPPED
+from tests.platform_process import free_port as _free_port
+from tests.platform_process import processes_using as _processes_using
 from tests.processes import job_processes
-from tests.test_make_run import _free_port, _processes_using
 
 REPO = Path(__file__).resolve().parents[1]
 STOP_BOUND_S = 60

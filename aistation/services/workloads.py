@@ -65,7 +65,7 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
         image=job.image,
         environment=job.environment,
         workdir_archive=str(workdir_archive_path(job.tenant_id, job.workdir.sha256))
-        if job.workdir_id else "",
+        if job.workdir is not None else "",
         checkpoint_dir=str(checkpoint_dir),
         labels={**job.labels, "ogai.job": str(job.pk), "ogai.attempt": str(attempt.number),
                 "ogai.tenant": job.tenant.name},
