@@ -744,7 +744,7 @@ def cmd_deploy_show(args: argparse.Namespace, ctx: Context) -> int:
         ("tenant / queue", f"{d.tenant} / {d.queue}"),
         ("runtime", d.runtime),
         ("replicas", f"{_resources(d)}; {_ready_count(d)} ready"),
-        *([("waiting", d.waiting_reason)] if d.waiting_reason else []),
+        *([("scheduler", d.waiting_reason)] if d.waiting_reason else []),
         ("scale to zero", f"after {d.idle_timeout_s} s without requests"
          + (" (scaled to zero now)" if d.scaled_to_zero else "") if d.idle_timeout_s
          else "never"),

@@ -33,7 +33,7 @@ WAITING = (f"waiting: 2 CPU cores asked, 1 free on node {NODE} (the deployment d
 @pytest.fixture
 def box(world, api, monkeypatch, settings, tmp_path):
     settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
+    settings.DATA_DIR.mkdir(exist_ok=True)
     monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, ""))
     cluster = Cluster.objects.create(name="box", driver="fake", options={
         "nodes": 1, "gpus_per_node": 0, "cpu_cores": 3, "memory_mib": 65536})
@@ -97,7 +97,7 @@ def test_a_waiting_deployment_says_why_on_its_console_pages(box, client, world):
     assert client.get(url).status_code == 404
 
 
-def _tokens(world):
+def tokens(world):
     dataset = dataset_create(actor=world.alpha_member, tenant=world.alpha, name="corpus",
                              kind="text")
     version = dataset_upload(actor=world.alpha_member, dataset=dataset, upload=ContentFile(
@@ -110,7 +110,7 @@ def _tokens(world):
 
 def test_a_waiting_training_run_says_why_in_the_api_and_the_console(box, api, client, world):
     run = box.client.post(TRAINING, {
-        "dataset_version": _tokens(world).pk, "kind": "pretrain", "name": "tiny-gpt",
+        "dataset_version": tokens(world).pk, "kind": "pretrain", "name": "tiny-gpt",
         "model": {"preset": "tiny"}, "training": {"max_steps": 20},
         "resources": {"cpu": 2}}, format="json").json()
     box.cycle()
