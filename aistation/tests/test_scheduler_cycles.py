@@ -4,12 +4,16 @@ a stream of small ones), reservations, and random snapshots checked against ever
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
 
 import pytest
 
 from aistation.scheduler import JobSnap, NodeSnap, QueueSnap, Snapshot, TenantSnap
 from aistation.tests.test_scheduler_core import NOW, check, decide, job, nodes, running, snapshot
+
+# "8 GPUs asked, 2 free on node node-1": a capacity wait that only GPUs bind.
+GPUS_FREE = re.compile(r"(\d+) (?:\S+ )?GPUs? asked, (\d+) free on node ([^\s,;()]+)")
 
 SMALL_RUN_S = 300.0  # how long each small job runs
 CYCLE_S = 30.0  # time between scheduling cycles
@@ -316,6 +320,11 @@ def _capacity_reasons_are_true(snap: Snapshot, decisions) -> None:
             fit = min(fit, int(cpu // j.cpu_per_replica), int(mem // j.memory_mib_per_replica))
             room += max(fit, 0)
         assert room < j.replicas, f"job {j.id} told '{w.reason}' but fits"
+        # The figures it names are those of the node it names, in the cycle's final state.
+        said = GPUS_FREE.search(w.reason)
+        if said:
+            assert int(said[2]) == max(left[said[3]][0], 0) and int(said[1]) == j.gpus_per_replica
+            assert said[3] not in reserved and said[3] not in j.excluded_nodes, w.reason
 
 
 # -- a few more cases the cycles meet -----------------------------------------------------------
