@@ -980,11 +980,12 @@ class _Cycle:
             body = reasons.no_node_takes_work(model)
         elif r == 1:
             short = cluster.short_on(node, shape)
-            if not short:  # it fits there; only the reservations below keep it off
-                short = [(reasons.GPU, g, cluster.free_gpus[node])] if g > 0 else \
-                    [(reasons.CPU, shape[3], cluster.free_cpu[node])]
-            held = self._holders([node], short[0][0])
-            body = reasons.no_room_on_node(model, short, cluster.names[node], looked_at, held)
+            if short:
+                held = self._holders([node], short[0][0])
+                body = reasons.no_room_on_node(model, short, cluster.names[node], looked_at,
+                                               held)
+            else:  # a preemption after it was looked at left room
+                body = reasons.room_came_free(cluster.names[node])
         else:
             room = cluster.gpu_slots(model, g, shape[5], None) if g > 0 else r
             if room >= r:

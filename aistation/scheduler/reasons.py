@@ -159,6 +159,10 @@ def no_room_on_node(model: str, short: Sequence[Short], node: str, looked_at: in
     return _short_text(short, model) + where + holders(held, short[0][0], len(short) > 1)
 
 
+def room_came_free(node: str) -> str:
+    return f"room came free on node {node} later in this cycle; the next cycle looks again"
+
+
 def no_node_takes_work(model: str) -> str:
     return f"no {of_model(model)}node takes new work now (all cordoned, unhealthy or reserved)"
 
