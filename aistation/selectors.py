@@ -21,6 +21,16 @@ def queue_list(*, user) -> QuerySet[Queue]:
     )
 
 
+def job_waiting_reason(job: Job | None) -> str:
+    """Why the job waits for the scheduler ("waiting: 2 CPU cores asked, 1 free on node local
+    (the deployment demo holds 1)"), "" unless it waits. Read off a job the caller's query
+    already joined (the runs' and deployments' list selectors do), so a page of them costs no
+    query more."""
+    if job is None or job.state != JobState.QUEUED:
+        return ""
+    return job.reason
+
+
 def job_list(*, user) -> QuerySet[Job]:
     # A working folder's file list can be long: read only where a page shows it.
     return scope_to_user(

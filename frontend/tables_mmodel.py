@@ -6,13 +6,14 @@ from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils.html import format_html
 
+from aistation.selectors import job_waiting_reason
 from frontend.tables import DATETIME, ConsoleTable
 from frontend.tables_jobs import _link
-from frontend.tables_ylink import LiveRunsMixin, run_state_badge
+from frontend.tables_ylink import LiveRunsMixin, run_state_badge, with_waiting_reason
 from frontend.templatetags.console_jobs import state_badge
 from mmodel.choices import DeploymentState, VersionStatus
 from mmodel.models import Benchmark, Deployment, EvaluationRun, Model, ModelVersion
-from mmodel.selectors.deployments import deployment_state
+from mmodel.selectors.deployments import deployment_state, deployment_waiting_reason
 
 DEPLOYMENT_STATE_TONES = {
     DeploymentState.STARTING: "info",
@@ -96,7 +97,7 @@ class EvaluationRunTable(LiveRunsMixin, ConsoleTable):
         return ", ".join(benchmark.name for benchmark in record.benchmarks.all()) or "—"
 
     def render_state(self, record):
-        return run_state_badge(record.state)
+        return with_waiting_reason(run_state_badge(record.state), job_waiting_reason(record.job))
 
 
 class BenchmarkTable(ConsoleTable):
@@ -151,4 +152,5 @@ class DeploymentTable(ConsoleTable):
                            ready, ready, record.replicas)
 
     def render_state(self, record):
-        return deployment_state_badge(deployment_state(record))
+        return with_waiting_reason(deployment_state_badge(deployment_state(record)),
+                                   deployment_waiting_reason(record))

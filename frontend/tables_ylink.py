@@ -5,6 +5,7 @@ import django_tables2 as tables
 from django.urls import reverse
 from django.utils.html import format_html
 
+from aistation.selectors import job_waiting_reason
 from frontend.tables import DATETIME, ConsoleTable
 from frontend.tables_jobs import _link
 from frontend.templatetags.console_jobs import state_badge
@@ -21,6 +22,14 @@ RUN_STATE_TONES = {
     RunState.CANCELLED: "muted",
 }
 LIVE_RUN_STATES = {RunState.RUNNING, RunState.FINISHING}
+
+
+def with_waiting_reason(badge: str, reason: str) -> str:
+    """A state badge, and beside it why the work waits for the scheduler (if it does)."""
+    if not reason:
+        return badge
+    return format_html('{} <span class="reason-text muted" data-waiting-reason>{}</span>', badge,
+                       reason)
 
 
 def run_state_badge(state: str) -> str:
@@ -110,7 +119,7 @@ class PipelineRunTable(LiveRunsMixin, ConsoleTable):
         return _link(reverse("frontend:pipeline-run", args=[record.pk]), record.name)
 
     def render_state(self, record):
-        return run_state_badge(record.state)
+        return with_waiting_reason(run_state_badge(record.state), job_waiting_reason(record.job))
 
     def render_input_version(self, record):
         return version_link(record.input_version)
@@ -153,7 +162,7 @@ class TrainingRunTable(LiveRunsMixin, ConsoleTable):
         return record.get_kind_display()
 
     def render_state(self, record):
-        return run_state_badge(record.state)
+        return with_waiting_reason(run_state_badge(record.state), job_waiting_reason(record.job))
 
     def render_step(self, record):
         if not record.total_steps:

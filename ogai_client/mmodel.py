@@ -667,17 +667,23 @@ def _print_call_hint(ctx: Context, client: OgaiClient, deployment: Deployment) -
                   f"token, e.g. `ogai chat {deployment.name} \"Hello\"`")
 
 
+def _progress(deployment: Deployment) -> str:
+    """"starting, 0/1 replicas ready — waiting: 2 CPU cores asked, 1 free on node local (...)"."""
+    line = f"{deployment.state}, {_ready_count(deployment)} replicas ready"
+    return line + (f" — {deployment.waiting_reason}" if deployment.waiting_reason else "")
+
+
 def _wait_ready(ctx: Context, client: OgaiClient, deployment: Deployment, *, interval: float,
                 timeout: float | None) -> Deployment:
     """Poll until every replica is ready; a deployment that failed or was stopped (or the
     timeout) is an error."""
     label = f"deployment {deployment.name}"
-    seen: tuple[str, int] | None = None
+    seen: tuple[str, int, str] | None = None
     waited = 0.0
     while True:
-        if (deployment.state, deployment.ready_replicas) != seen:
-            seen = (deployment.state, deployment.ready_replicas)
-            ctx.note(f"{label}: {deployment.state}, {_ready_count(deployment)} replicas ready")
+        if (deployment.state, deployment.ready_replicas, deployment.waiting_reason) != seen:
+            seen = (deployment.state, deployment.ready_replicas, deployment.waiting_reason)
+            ctx.note(f"{label}: {_progress(deployment)}")
         if deployment.state == "ready":
             return deployment
         if deployment.state in {"failed", "stopped"}:
@@ -685,9 +691,10 @@ def _wait_ready(ctx: Context, client: OgaiClient, deployment: Deployment, *, int
                             if r.message) or "no reason given"
             raise OgaiError(deployment.state, f"{label} {deployment.state}: {why}")
         if timeout is not None and waited >= timeout:
+            why = f" — {deployment.waiting_reason}" if deployment.waiting_reason else \
+                f"; `ogai deploy show {deployment.name}` says why"
             raise OgaiError("timeout", f"{label} is still {deployment.state} after "
-                            f"{timeout:g} s ({_ready_count(deployment)} replicas ready); "
-                            f"`ogai deploy show {deployment.name}` says why")
+                            f"{timeout:g} s ({_ready_count(deployment)} replicas ready){why}")
         cli._pause(interval)
         waited += interval
         deployment = client.deployment(deployment.id)
@@ -748,6 +755,7 @@ def cmd_deploy_show(args: argparse.Namespace, ctx: Context) -> int:
         ("tenant / queue", f"{d.tenant} / {d.queue}"),
         ("runtime", d.runtime),
         ("replicas", f"{_resources(d)}; {_ready_count(d)} ready"),
+        *([("scheduler", d.waiting_reason)] if d.waiting_reason else []),
         ("scale to zero", f"after {d.idle_timeout_s} s without requests"
          + (" (scaled to zero now)" if d.scaled_to_zero else "") if d.idle_timeout_s
          else "never"),
@@ -767,7 +775,7 @@ def cmd_deploy_show(args: argparse.Namespace, ctx: Context) -> int:
             ready = Text("failed", style="bold red") if r.failed else \
                 Text("yes", style="green") if r.ready else Text("no", style="yellow")
             table.add_row(str(r.index), str(r.job or "-"), _state(r.job_state or "-"), ready,
-                          _when(r.ready_since), r.message,
+                          _when(r.ready_since), r.waiting_reason or r.message,
                           *([r.upstream or "-"] if admin else []))
         out.print(table)
     out.print()

@@ -940,11 +940,14 @@ class Replica:
     message: str = ""
     failed: bool = False
     upstream: str = ""
+    # Why its job waits for the scheduler ("waiting: 2 CPU cores asked, 1 free on node ...").
+    waiting_reason: str = ""
 
     @classmethod
     def from_api(cls, data: dict) -> Replica:
         return cls(index=_int(data.get("index")), job=data.get("job"),
-                   job_state=data.get("job_state") or "", ready=bool(data.get("ready")),
+                   job_state=data.get("job_state") or "",
+                   waiting_reason=data.get("waiting_reason") or "", ready=bool(data.get("ready")),
                    ready_since=parse_time(data.get("ready_since")),
                    checked_at=parse_time(data.get("checked_at")),
                    message=data.get("message") or "", failed=bool(data.get("failed")),
@@ -977,6 +980,8 @@ class Deployment:
     replica_set: list[Replica] = field(default_factory=list)
     created_by: str = ""
     created_at: datetime | None = None
+    # Why a replica's job still waits for the scheduler; "" when none waits.
+    waiting_reason: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -987,7 +992,8 @@ class Deployment:
     def from_api(cls, data: dict) -> Deployment:
         return cls(
             id=data["id"], name=data.get("name", ""), state=data.get("state") or "",
-            tenant=data.get("tenant") or "", model=data.get("model") or "",
+            waiting_reason=data.get("waiting_reason") or "", tenant=data.get("tenant") or "",
+            model=data.get("model") or "",
             version=data.get("version"), version_label=data.get("version_label") or "",
             queue=data.get("queue") or "", runtime=data.get("runtime") or "",
             replicas=_int(data.get("replicas"), 1),

@@ -279,6 +279,7 @@ class _Cycle:
         self._full: set[CapKey] = set()
         self._hopeless: dict[tuple[str, int], int] = {}
         self._no_victims: set[tuple[object, ...]] = set()
+        self._on_node: dict[int, list[tuple[JobSnap, int]]] | None = None
 
     # -- setting up ---------------------------------------------------------------------------
 
@@ -972,28 +973,80 @@ class _Cycle:
         return known
 
     def _word_capacity(self, shape: Shape) -> str:
-        allowed = None
-        model, g, r, excluded = shape[0], shape[1], shape[2], shape[5]
+        model, g, r = shape[0], shape[1], shape[2]
         cluster = self.cluster
-        if r == 1:
-            largest = cluster.largest_free(model, excluded, allowed)
-            if largest < g:
-                body = reasons.no_room_single(model, g, largest)
-            else:
-                body = reasons.no_room_resources(model, g, shape[3], shape[4])
+        node, looked_at = cluster.closest(shape) if r == 1 else (-1, cluster.count_looked_at(shape))
+        if not looked_at:
+            body = reasons.no_node_takes_work(model)
+        elif r == 1:
+            short = cluster.short_on(node, shape)
+            if short:
+                held = self._holders([node], short[0][0])
+                body = reasons.no_room_on_node(model, short, cluster.names[node], looked_at,
+                                               held)
+            else:  # a preemption after it was looked at left room
+                body = reasons.room_came_free(cluster.names[node])
         else:
-            room = cluster.gpu_slots(model, g, excluded, allowed) if g > 0 else r
+            room = cluster.gpu_slots(model, g, shape[5], None) if g > 0 else r
             if room >= r:
-                body = reasons.no_room_resources(model, g, shape[3], shape[4])
+                nodes = cluster.looked_at(shape)
+                scarce, fits = cluster.gang_short(nodes, shape)
+                what = {reasons.CPU: shape[3], reasons.MEMORY: shape[4]}
+                short = [(s, what[s], 0.0) for s in scarce]
+                held = self._holders(nodes, scarce[0]) if scarce else []
+                body = reasons.no_room_gang_resources(r, short, fits, len(nodes), held, model)
             elif 2 * g > cluster.max_gpus(model):
                 body = reasons.no_room_whole_nodes(r, g, room)
             else:
                 body = reasons.no_room_gang(r, g, room)
-        for job_id, nodes in self.reservations:
-            if any(not model or cluster.node_model[n] == model for n in nodes):
-                body += reasons.reserved_elsewhere([cluster.names[n] for n in nodes], job_id)
+        for job_id, reserved in self.reservations:
+            if any(not model or cluster.node_model[n] == model for n in reserved):
+                body += reasons.reserved_elsewhere([cluster.names[n] for n in reserved], job_id)
                 break
         return body
+
+    def _holders(self, nodes: Sequence[int], what: str) -> list[reasons.Holder]:
+        """The work holding `what` (a resource of `reasons`) on these nodes at the cycle's end,
+        the biggest holder first: running jobs not preempted, and the jobs started in it."""
+        on_node = self._work_on_nodes()
+        # By name: a deployment's replicas are one holder. Ties go to the oldest job.
+        held: dict[str, list[float]] = {}
+        for node in nodes:
+            for job, count in on_node.get(node, ()):
+                amount = count * (job.gpus_per_replica if what == reasons.GPU else
+                                  job.cpu_per_replica if what == reasons.CPU else
+                                  job.memory_mib_per_replica)
+                if amount > 0:
+                    entry = held.setdefault(job.display or f"job {job.id}", [0.0, job.id])
+                    entry[0] += amount
+                    entry[1] = min(entry[1], job.id)
+        ranked = sorted(held.items(), key=lambda item: (-item[1][0], item[1][1]))
+        return [(name, entry[0]) for name, entry in ranked]
+
+    def _work_on_nodes(self) -> dict[int, list[tuple[JobSnap, int]]]:
+        """Node -> (job, its replicas there), built once, when a wait is first worded."""
+        if self._on_node is None:
+            on_node: dict[int, list[tuple[JobSnap, int]]] = {}
+            index_of = self.cluster.index_of
+            work = [(r.job, r.job.placement) for own in self.by_tenant.values() for r in own
+                    if not r.preempted]
+            pending = {job.id: job for job in self.pending}
+            work += [(pending[start.job_id], start.placement) for start in self.starts]
+            for job, placement in work:
+                if len(placement) == 1:  # most work: skip the counting
+                    node = index_of.get(placement[0])
+                    if node is not None:
+                        on_node.setdefault(node, []).append((job, 1))
+                    continue
+                counts: dict[int, int] = {}
+                for name in placement:
+                    node = index_of.get(name)
+                    if node is not None:
+                        counts[node] = counts.get(node, 0) + 1
+                for node, count in counts.items():
+                    on_node.setdefault(node, []).append((job, count))
+            self._on_node = on_node
+        return self._on_node
 
 
 __all__ = ["schedule"]

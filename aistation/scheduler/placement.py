@@ -248,6 +248,90 @@ class Cluster:
                 )
         return total
 
+    def looked_at(self, shape: Shape) -> list[int]:
+        """The nodes a replica of this shape may go on now (schedulable, unreserved, of its
+        model, not excluded), whatever they have free."""
+        model, excluded = shape[0], shape[5]
+        return sorted(n for n in self.nodes_with(model, 0)
+                      if not (excluded and self.names[n] in excluded))
+
+    def short_on(self, node: int, shape: Shape) -> list[tuple[str, float, float]]:
+        """What one replica asks that the node lacks now: (resource, asked, free), GPUs, CPU
+        cores, memory in that order (see `reasons`)."""
+        g, c, m = shape[1], shape[3], shape[4]
+        short: list[tuple[str, float, float]] = []
+        if g > 0 and self.free_gpus[node] < g:
+            short.append(("gpu", g, self.free_gpus[node]))
+        if c > 0 and self.free_cpu[node] + EPS < c:
+            short.append(("cpu", c, self.free_cpu[node]))
+        if m > 0 and self.free_mem[node] < m:
+            short.append(("memory", m, self.free_mem[node]))
+        return short
+
+    def count_looked_at(self, shape: Shape) -> int:
+        """len(looked_at(shape)), without listing them."""
+        model, excluded = shape[0], shape[5]
+        buckets = self._buckets.get(model)
+        if buckets is None:
+            return 0
+        count = sum(len(bucket) for bucket in buckets)
+        for name in excluded:
+            node = self.index_of.get(name)
+            if node is not None and self.in_index[node] and (
+                    not model or self.node_model[node] == model):
+                count -= 1
+        return count
+
+    def closest(self, shape: Shape) -> tuple[int, int]:
+        """The node a replica may go on now (`looked_at`) that comes closest to holding it: the
+        fewest resources short, then the largest share of the scarcest one free, then by name;
+        and how many such nodes there are. (-1, 0) when there are none. It walks the buckets
+        from the most free GPUs down and stops at the first node short of GPUs alone: no node
+        after it comes closer (this runs once per shape that waits, on clusters of thousands of
+        nodes)."""
+        model, g, c, m, excluded = shape[0], shape[1], shape[3], shape[4], shape[5]
+        count = self.count_looked_at(shape)
+        if count <= 0:
+            return -1, 0
+        buckets, names = self._buckets[model], self.names
+        free_cpu, free_mem = self.free_cpu, self.free_mem
+        best: tuple[int, float, int] | None = None
+        for free in range(len(buckets) - 1, -1, -1):
+            bucket = buckets[free]
+            if not bucket:
+                continue
+            gpu_share = min(1.0, free / g) if g > 0 else 1.0
+            for node in bucket:
+                if excluded and names[node] in excluded:
+                    continue
+                short, share = (1, gpu_share) if gpu_share < 1.0 else (0, 1.0)
+                if c > 0 and free_cpu[node] + EPS < c:
+                    short += 1
+                    share = min(share, max(free_cpu[node], 0.0) / c)
+                if m > 0 and free_mem[node] < m:
+                    short += 1
+                    share = min(share, max(free_mem[node], 0.0) / m)
+                key = (short, -share, node)
+                if best is None or key < best:
+                    best = key
+                if short == 0 or (short == 1 and gpu_share < 1.0 and share == gpu_share):
+                    return best[2], count
+        return (best[2], count) if best is not None else (-1, 0)
+
+    def gang_short(self, nodes: Sequence[int], shape: Shape) -> tuple[list[str], int]:
+        """For a gang its free GPUs would hold: the resources that each alone leave room for
+        fewer than all its replicas on `nodes`, and the replicas all of them hold together."""
+        r, c, m = shape[2], shape[3], shape[4]
+        short: list[str] = []
+        for what, free, ask in (("cpu", self.free_cpu, c), ("memory", self.free_mem, m)):
+            if ask > 0 and sum(int((max(free[n], 0.0) + EPS) // ask) for n in nodes) < r:
+                short.append(what)
+        room = sum(replicas_fitting(self.free_gpus[n], self.free_cpu[n], self.free_mem[n], shape)
+                   for n in nodes)
+        if not short:  # each alone would do, not both together
+            short = [what for what, ask in (("cpu", c), ("memory", m)) if ask > 0]
+        return short, room
+
     def largest_free(
         self, model: str, excluded: frozenset[str], allowed: frozenset[str] | None
     ) -> int:

@@ -103,15 +103,78 @@ def no_borrow(binding: str, capacity: str) -> str:
     return f"{binding}; no idle capacity to borrow: {capacity}"
 
 
-def no_room_single(model: str, gpus: int, largest: int) -> str:
-    return f"no {of_model(model)}node has {n_gpus(gpus, 'free')} (largest free: {largest})"
+# What a replica asks that a node lacks: (resource, asked, free), resource one of GPU, CPU, MEMORY.
+GPU, CPU, MEMORY = "gpu", "cpu", "memory"
+Short = tuple[str, float, float]
+# A job holding some of the scarce resource where the wait looked: (display name, amount).
+Holder = tuple[str, float]
+SHOWN_HOLDERS = 3
 
 
-def no_room_resources(model: str, gpus: int, cpu: float, mem: int) -> str:
-    return (
-        f"no {of_model(model)}node with {n_gpus(gpus, 'free')} also has {num(cpu)} free CPU cores "
-        f"and {mem} MiB of free memory"
-    )
+def _asked(what: str, value: float, model: str) -> str:
+    if what == GPU:
+        return n_gpus(int(value), model)
+    if what == CPU:
+        return n_cores(value)
+    return f"{gib(value)} GiB of memory"
+
+
+def _free(what: str, value: float, unit: bool) -> str:
+    """What is left, with its unit when several resources are named together."""
+    value = max(value, 0.0)
+    if what == GPU:
+        return f"{int(value)} GPU" + ("" if int(value) == 1 else "s") if unit else str(int(value))
+    if what == CPU:
+        return f"{amount(value)} core" + ("" if amount(value) == "1" else "s") \
+            if unit else amount(value)
+    return f"{gib(value)} GiB"
+
+
+def _short_text(short: Sequence[Short], model: str) -> str:
+    """"2 CPU cores asked, 1 free"; several: "2 CPU cores and 8 GiB of memory asked, 1 core and
+    2 GiB free"."""
+    unit = len(short) > 1
+    asked = " and ".join(_asked(what, value, model) for what, value, _ in short)
+    free = " and ".join(_free(what, left, unit) for what, _, left in short)
+    return f"{asked} asked, {free} free"
+
+
+def holders(found: Sequence[Holder], what: str, unit: bool) -> str:
+    """" (the deployment demo holds 1, job 12 train holds 0.5)": the biggest first, at most
+    SHOWN_HOLDERS of them; "" when nothing the platform runs holds any."""
+    if not found:
+        return ""
+    shown = [f"{name} holds {_free(what, held, unit)}" for name, held in found[:SHOWN_HOLDERS]]
+    more = len(found) - SHOWN_HOLDERS
+    return " (" + ", ".join(shown) + (f" and {more} more" if more > 0 else "") + ")"
+
+
+def no_room_on_node(model: str, short: Sequence[Short], node: str, looked_at: int,
+                    held: Sequence[Holder]) -> str:
+    """A replica that no node holds now: what binds on the node that comes closest, and who
+    holds it there: "2 CPU cores asked, 1 free on node local (the deployment demo holds 1)"."""
+    where = f" on node {node}"
+    if looked_at > 1:
+        where += f", the closest of {looked_at} nodes looked at"
+    return _short_text(short, model) + where + holders(held, short[0][0], len(short) > 1)
+
+
+def room_came_free(node: str) -> str:
+    return f"room came free on node {node} later in this cycle; the next cycle looks again"
+
+
+def no_node_takes_work(model: str) -> str:
+    return f"no {of_model(model)}node takes new work now (all cordoned, unhealthy or reserved)"
+
+
+def no_room_gang_resources(replicas: int, short: Sequence[Short], room: int, looked_at: int,
+                           held: Sequence[Holder], model: str) -> str:
+    """A gang whose GPUs would fit but whose CPU cores or memory do not."""
+    per = " and ".join(_asked(what, value, model) for what, value, _ in short)
+    names = " and ".join({GPU: "GPUs", CPU: "CPU cores", MEMORY: "memory"}[s[0]] for s in short)
+    nodes = "1 node" if looked_at == 1 else f"{looked_at} nodes"
+    return (f"{replicas} replicas of {per} must start together and the free {names} of "
+            f"{nodes} hold {room} of them" + holders(held, short[0][0], len(short) > 1))
 
 
 def no_room_whole_nodes(replicas: int, gpus: int, free_nodes: int) -> str:
@@ -160,9 +223,10 @@ def replica_too_big(shape: Shape, largest: int) -> str:
 
 def replica_resources_too_big(shape: Shape) -> str:
     g, c, m = shape[1], shape[3], shape[4]
+    with_gpus = f" with {n_gpus(g)}" if g > 0 else ""
     return (
-        f"never fits: no node with {n_gpus(g)} has {num(c)} CPU cores and {m} MiB of memory "
-        "for one replica"
+        f"never fits: no node{with_gpus} has {n_cores(c)} and {gib(m)} GiB of memory for one "
+        "replica"
     )
 
 

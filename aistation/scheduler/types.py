@@ -61,6 +61,9 @@ class JobSnap:
     excluded_nodes: frozenset[str] = frozenset()  # nodes an earlier attempt failed on
     not_before: float = 0.0  # retry backoff: not started before this time
     waited_s: float = 0.0  # time spent waiting before its current wait (or run) began
+    # How a person knows it where a wait names what holds the resources ("the deployment
+    # demo-tiny-gpt", "job 12 train-gpt"); "" = "job <id>".
+    display: str = ""
 
     @property
     def gpus(self) -> int:

@@ -25,6 +25,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from aistation.choices import ACTIVE_STATES, FINAL_STATES, JobState
+from aistation.labels import OWNER_LABEL
 from aistation.models import Job, Notebook, NotebookEvent, NotebookPolicy, Queue
 from aistation.models.notebooks import DEFAULT_IDLE_TIMEOUT_S
 from aistation.services.jobs import job_cancel, job_submit
@@ -180,6 +181,7 @@ def _start_session(actor, notebook: Notebook, kind: str, reason: str) -> Noteboo
              "OGAI_URL": settings.OGAI_INTERNAL_URL, "OGAI_NOTEBOOK_ID": str(notebook.pk)},
         secret_env={"JUPYTER_TOKEN": server_token, "OGAI_TOKEN": sdk.secret},
         mounts=[DataMount(str(home), read_only=False)],
+        labels={OWNER_LABEL: f"the notebook {notebook.name}"},
     )
     notebook.job = job
     notebook.server_token = encrypt(server_token)

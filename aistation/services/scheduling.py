@@ -8,10 +8,12 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q, Sum
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from aistation.choices import ACTIVE_STATES, LIVE_ATTEMPT_STATES, AttemptState, JobState
+from aistation.labels import OWNER_LABEL, job_display
 from aistation.models import Attempt, Job, JobEvent, Queue
 from aistation.scheduler import schedule
 from aistation.scheduler.types import (
@@ -54,7 +56,7 @@ PENDING_FIELDS = (
 RUNNING_FIELDS = (
     "id", "queue_id", "priority", "gpus_per_replica", "replicas", "cpu_per_replica",
     "memory_mib_per_replica", "gpu_model", "placement", "borrowed", "attained_gpu_s",
-    "waited_s",
+    "waited_s", "name", "owner_label",
 )
 
 
@@ -79,7 +81,7 @@ def _running_snap(row: dict, tenant: str, queue: str, started: datetime | None) 
         memory_mib_per_replica=row["memory_mib_per_replica"], gpu_model=row["gpu_model"],
         placement=tuple(row["placement"]), started_at=_ts(started) or None,
         borrowed=row["borrowed"], attained_gpu_s=row["attained_gpu_s"],
-        waited_s=row["waited_s"],
+        waited_s=row["waited_s"], display=job_display(row["owner_label"], row["id"], row["name"]),
     )
 
 
@@ -129,7 +131,10 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
     started = dict(Attempt.objects.filter(cluster=cluster, state__in=LIVE_ATTEMPT_STATES)
                    .values_list("job_id", "started_at"))
     running = [_running_snap(row, *keys[row["queue_id"]], started.get(row["id"]))
-               for row in jobs.filter(state__in=ACTIVE_STATES).values(*RUNNING_FIELDS)]
+               for row in jobs.filter(state__in=ACTIVE_STATES)
+               # Only the owner label is read out of the labels, by the database.
+               .annotate(owner_label=KeyTextTransform(OWNER_LABEL, "labels"))
+               .values(*RUNNING_FIELDS)]
     snapshot = Snapshot(
         now=now.timestamp(),
         nodes=tuple(  # schedulable: `Node.takes_work`, read from plain values

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from aistation.labels import PLATFORM_ONLY_LABELS
 from aistation.models import Attempt, Job
 from ogai.crypto import decrypt
 from podsys.drivers.base import DataMount, Resources, Workload
@@ -67,7 +68,9 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
         workdir_archive=str(workdir_archive_path(job.tenant_id, job.workdir.sha256))
         if job.workdir is not None else "",
         checkpoint_dir=str(checkpoint_dir),
-        labels={**job.labels, "ogai.job": str(job.pk), "ogai.attempt": str(attempt.number),
+        labels={**{key: value for key, value in job.labels.items()
+                   if key not in PLATFORM_ONLY_LABELS},
+                "ogai.job": str(job.pk), "ogai.attempt": str(attempt.number),
                 "ogai.tenant": job.tenant.name},
         service=job.service,
         ports=tuple(job.ports),

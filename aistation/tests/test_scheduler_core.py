@@ -286,7 +286,8 @@ def test_every_pending_job_gets_exactly_one_decision_with_words():
     assert set(r.waits) == {11, 12, 13}
     assert r.reason(11) == (
         "waiting: tenant quota 4/8 GPUs in use, job needs 8; no idle capacity to borrow: "
-        "no node has 8 free GPUs (largest free: 2)"
+        "8 GPUs asked, 2 free on node node-1, the closest of 2 nodes looked at (job 10 holds 4, "
+        "job 14 holds 2)"
     )
     assert r.waits[12].never_fits
     assert r.reason(13) == "waiting: retry backoff, 30 s left"
@@ -505,7 +506,7 @@ def test_never_preempts_another_tenants_work_within_its_quota():
         )
     )
     assert not r.preempted
-    assert r.reason(2) == "waiting: no node has 8 free GPUs (largest free: 0)"
+    assert r.reason(2) == "waiting: 8 GPUs asked, 0 free on node node-1 (job 1 holds 8)"
 
 
 def test_preempts_own_work_to_get_back_within_its_quota():
@@ -739,7 +740,7 @@ def test_cpu_and_memory_are_respected():
     )
     assert set(r.starts) == {1, 3}
     assert r.reason(2) == (
-        "waiting: no node with 1 free GPU also has 8 free CPU cores and 1024 MiB of free memory"
+        "waiting: 8 CPU cores asked, 3 free on node node-1 (job 1 holds 12, job 3 holds 1)"
     )
 
 
@@ -761,7 +762,7 @@ def _head_of_line(policy: str) -> Result:
 def test_fifo_is_strict_the_head_blocks_its_queue():
     r = _head_of_line("fifo")
     assert not r.starts
-    assert r.reason(2) == "waiting: no node has 8 free GPUs (largest free: 4)"
+    assert r.reason(2) == "waiting: 8 GPUs asked, 4 free on node node-1 (job 1 holds 4)"
     assert r.reason(3) == "waiting: behind job 2 in a fifo queue"
     assert [r.waits[i].position for i in (2, 3, 4)] == [1, 2, 3]
 

@@ -4,12 +4,16 @@ a stream of small ones), reservations, and random snapshots checked against ever
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
 
 import pytest
 
 from aistation.scheduler import JobSnap, NodeSnap, QueueSnap, Snapshot, TenantSnap
 from aistation.tests.test_scheduler_core import NOW, check, decide, job, nodes, running, snapshot
+
+# "8 GPUs asked, 2 free on node node-1": a capacity wait that only GPUs bind.
+GPUS_FREE = re.compile(r"(\d+) (?:\S+ )?GPUs? asked, (\d+) free on node ([^\s,;()]+)")
 
 SMALL_RUN_S = 300.0  # how long each small job runs
 CYCLE_S = 30.0  # time between scheduling cycles
@@ -105,14 +109,18 @@ def test_a_starving_job_gets_the_freest_nodes_reserved_and_others_backfill_elsew
     assert not any("node-2" in s.placement for s in r.decisions.starts)
     assert len(r.starts) == 3, "one on node-1, two on node-3"
     assert r.reason(23) == (
-        "waiting: no node has 2 free GPUs (largest free: 0); nodes node-2 are reserved for job 1"
+        "waiting: 2 GPUs asked, 0 free on node node-1, the closest of 2 nodes looked at (job 11 "
+        "holds 2, job 12 holds 2, job 13 holds 2 and 1 more); nodes node-2 are reserved for job 1"
     )
 
 
 def test_no_reservation_before_the_bound():
     small = [job(i, "a", 2) for i in range(20, 25)]
     r = decide(_half_busy([job(1, "a", 8, submitted_at=NOW - 800), *small]))
-    assert r.reason(1) == "waiting: no node has 8 free GPUs (largest free: 2)"
+    assert r.reason(1) == (
+        "waiting: 8 GPUs asked, 2 free on node node-2, the closest of 3 nodes looked at (job 14 "
+        "holds 2, job 23 holds 2, job 24 holds 2)"
+    )
     assert len(r.starts) == 5
 
 
@@ -294,7 +302,8 @@ def _capacity_reasons_are_true(snap: Snapshot, decisions) -> None:
         if " are reserved for job " in w.reason:
             reserved |= set(w.reason.split("nodes ", 1)[1].split(" are reserved")[0].split(", "))
     for w in decisions.waits:
-        if not w.reason.startswith("waiting: no ") and " replicas of " not in w.reason[:40]:
+        if not (w.reason.startswith("waiting: no ") or " asked, " in w.reason
+                or " replicas of " in w.reason[:40]):
             continue
         j = pending[w.job_id]
         room = 0
@@ -311,6 +320,11 @@ def _capacity_reasons_are_true(snap: Snapshot, decisions) -> None:
             fit = min(fit, int(cpu // j.cpu_per_replica), int(mem // j.memory_mib_per_replica))
             room += max(fit, 0)
         assert room < j.replicas, f"job {j.id} told '{w.reason}' but fits"
+        # The figures it names are those of the node it names, in the cycle's final state.
+        said = GPUS_FREE.search(w.reason)
+        if said:
+            assert int(said[2]) == max(left[said[3]][0], 0) and int(said[1]) == j.gpus_per_replica
+            assert said[3] not in reserved and said[3] not in j.excluded_nodes, w.reason
 
 
 # -- a few more cases the cycles meet -----------------------------------------------------------
@@ -349,5 +363,5 @@ def test_a_job_of_any_model_kept_off_a_full_model_limit_says_so():
     )
     assert r.reason(3) == (
         "waiting: the tenant's GPU model limits are in use (H100); no idle capacity to borrow: "
-        "no node has 2 free GPUs (largest free: 0)"
+        "2 GPUs asked, 0 free on node h-1 (job 1 holds 4, job 2 holds 4)"
     )

@@ -23,7 +23,12 @@ from frontend.tables_mmodel import DeploymentTable, deployment_state_badge
 from frontend.views.models import current_versions, require_writer
 from mmodel.choices import DeploymentState, VersionStatus
 from mmodel.models import Deployment
-from mmodel.selectors.deployments import deployment_state, deployment_stats, deployments_for
+from mmodel.selectors.deployments import (
+    deployment_state,
+    deployment_stats,
+    deployment_waiting_reason,
+    deployments_for,
+)
 from mmodel.services.deployments import (
     deployment_create,
     deployment_delete,
@@ -160,6 +165,7 @@ def deployment_detail_view(request, pk: int):
         "live": state not in SETTLED_STATES,
         "replicas": replicas,
         "ready_count": sum(1 for replica in replicas if replica.ready),
+        "waiting_reason": deployment_waiting_reason(deployment),
         "scale_form": DeploymentScaleForm(initial={"replicas": deployment.replicas}),
     }
     if request.GET.get("part") == "status":

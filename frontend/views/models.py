@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 
+from aistation.selectors import job_waiting_reason
 from frontend.access import console_access, current_tenant
 from frontend.charts_mmodel import lineage_svg
 from frontend.forms import add_service_errors
@@ -21,11 +22,15 @@ from frontend.tables_mmodel import (
     deployment_state_badge,
     version_status_badge,
 )
-from frontend.tables_ylink import run_state_badge
+from frontend.tables_ylink import run_state_badge, with_waiting_reason
 from infra_os.access import is_platform_admin
 from mmodel.choices import ImportState
 from mmodel.models import Model, ModelImport, ModelVersion
-from mmodel.selectors.deployments import deployment_state, deployments_for
+from mmodel.selectors.deployments import (
+    deployment_state,
+    deployment_waiting_reason,
+    deployments_for,
+)
 from mmodel.selectors.evaluation import evaluation_runs_for
 from mmodel.selectors.registry import imports_for, models_for, version_lineage, versions_for
 from mmodel.services.registry import model_import_start, version_register_from_run
@@ -207,8 +212,11 @@ def version_detail_view(request, pk: int):
         "lineage": lineage_svg(graph=graph, urls=_lineage_urls(request, graph), current=current,
                                title=f"Lineage of {version.label}"),
         "lineage_nodes": len(graph.get("nodes", [])),
-        "evaluations": [(run, run_state_badge(run.state)) for run in evaluations],
-        "deployments": [(deployment, deployment_state_badge(deployment_state(deployment)))
-                        for deployment in deployments],
+        "evaluations": [(run, with_waiting_reason(run_state_badge(run.state),
+                                                   job_waiting_reason(run.job)))
+                        for run in evaluations],
+        "deployments": [(deployment, with_waiting_reason(
+            deployment_state_badge(deployment_state(deployment)),
+            deployment_waiting_reason(deployment))) for deployment in deployments],
         "can_write": console_access(request).can_write,
     })

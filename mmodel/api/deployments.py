@@ -14,12 +14,18 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from aistation.api.serializers import RejectUnknownFields, tenant_and_queue
+from aistation.selectors import job_waiting_reason
 from infra_os.access import is_platform_admin
 from infra_os.api.serializers import CallerTenantField
 from infra_os.api.viewsets import ScopedViewSet
 from mmodel.choices import DeploymentState, Runtime
 from mmodel.models import Deployment, DeploymentReplica, ModelVersion
-from mmodel.selectors.deployments import deployment_state, deployment_stats, deployments_for
+from mmodel.selectors.deployments import (
+    deployment_state,
+    deployment_stats,
+    deployment_waiting_reason,
+    deployments_for,
+)
 from mmodel.services.deployments import (
     MAX_REPLICAS,
     deployment_create,
@@ -67,13 +73,18 @@ class DeploymentScaleSerializer(RejectUnknownFields, serializers.Serializer):
 class ReplicaSerializer(serializers.ModelSerializer):
     job_state = serializers.CharField(source="job.state", read_only=True, allow_null=True,
                                       default=None)
+    waiting_reason = serializers.SerializerMethodField(
+        help_text="Why its job waits for the scheduler; empty unless it waits.")
     upstream = serializers.SerializerMethodField(
         help_text="Where the server answers: platform admins only (null for others).")
 
     class Meta:
         model = DeploymentReplica
-        fields = ["index", "job", "job_state", "ready", "ready_since", "checked_at", "message",
-                  "failed", "upstream"]
+        fields = ["index", "job", "job_state", "waiting_reason", "ready", "ready_since",
+                  "checked_at", "message", "failed", "upstream"]
+
+    def get_waiting_reason(self, replica) -> str:
+        return job_waiting_reason(replica.job)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_upstream(self, replica) -> str | None:
@@ -90,12 +101,15 @@ class DeploymentSerializer(serializers.ModelSerializer):
     queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     state = serializers.SerializerMethodField()
+    waiting_reason = serializers.SerializerMethodField(
+        help_text="Why a replica's job still waits for the scheduler, naming what is scarce and "
+                  "who holds it; empty when none waits.")
     replica_set = ReplicaSerializer(many=True, read_only=True)
 
     class Meta:
         model = Deployment
         fields = ["id", "name", "tenant", "model", "version", "version_label", "queue",
-                  "runtime", "state", "replicas", "gpus_per_replica", "gpu_model",
+                  "runtime", "state", "waiting_reason", "replicas", "gpus_per_replica", "gpu_model",
                   "cpu_per_replica", "memory_mib_per_replica", "idle_timeout_s", "active",
                   "scaled_to_zero", "last_request_at", "replica_set", "created_by",
                   "created_at", "updated_at"]
@@ -103,6 +117,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.ChoiceField(choices=DeploymentState.choices))
     def get_state(self, deployment) -> str:
         return deployment_state(deployment).value
+
+    def get_waiting_reason(self, deployment) -> str:
+        return deployment_waiting_reason(deployment)
 
 
 class DeploymentStatSerializer(serializers.Serializer):

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from aistation.api.authentication import HasJobToken, JobTokenAuthentication
 from aistation.api.serializers import RejectUnknownFields, caller_tenant, tenant_and_queue
+from aistation.selectors import job_waiting_reason
 from infra_os.access import is_platform_admin
 from infra_os.api.serializers import CallerTenantField
 from infra_os.api.viewsets import ScopedViewSet
@@ -239,6 +240,9 @@ class EvaluationRunSerializer(serializers.ModelSerializer):
     state = serializers.CharField(read_only=True)
     reason = serializers.SerializerMethodField(help_text="What its job is waiting for or why "
                                                "it ended.")
+    waiting_reason = serializers.SerializerMethodField(
+        help_text="Why its job waits for the scheduler, naming what is scarce and who holds "
+                  "it; empty unless it waits.")
     job = serializers.PrimaryKeyRelatedField(read_only=True)
     version = serializers.PrimaryKeyRelatedField(read_only=True)
     version_label = serializers.CharField(source="version.label", read_only=True)
@@ -248,13 +252,16 @@ class EvaluationRunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = EvaluationRun
-        fields = ["id", "name", "tenant", "state", "reason", "message", "version",
-                  "version_label", "target", "deployment", "benchmarks", "limit",
+        fields = ["id", "name", "tenant", "state", "reason", "waiting_reason", "message",
+                  "version", "version_label", "target", "deployment", "benchmarks", "limit",
                   "cached_requests", "total_requests", "results", "job", "created_by",
                   "created_at", "progress_at", "finished_at"]
 
     def get_reason(self, run) -> str:
         return run.job.reason if run.job and not run.succeeded else ""
+
+    def get_waiting_reason(self, run) -> str:
+        return job_waiting_reason(run.job)
 
 
 class EvaluationSampleSerializer(serializers.ModelSerializer):

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from django.db.models import Prefetch, QuerySet
 
+from aistation.selectors import job_waiting_reason
 from infra_os.access import scope_to_user
 from infra_os.models import Tenant
 from mmodel.choices import DeploymentState
@@ -37,6 +38,18 @@ def deployment_state(deployment: Deployment) -> DeploymentState:
     if replicas and ready == len(replicas):
         return DeploymentState.READY
     return DeploymentState.DEGRADED if ready else DeploymentState.STARTING
+
+
+def deployment_waiting_reason(deployment: Deployment) -> str:
+    """Why its first replica still waiting for the scheduler waits ("" if none does), from the
+    replicas and jobs `deployments_for` prefetched."""
+    if not deployment.active or deployment.scaled_to_zero:
+        return ""
+    for replica in deployment.replica_set.all():
+        reason = "" if replica.ready else job_waiting_reason(replica.job)
+        if reason:
+            return reason
+    return ""
 
 
 def deployment_stats(deployment: Deployment, since: datetime) -> list[dict]:

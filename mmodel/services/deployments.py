@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from aistation.choices import FINAL_STATES
+from aistation.labels import OWNER_LABEL
 from aistation.models import Job, Queue
 from aistation.services.jobs import job_cancel, job_submit
 from infra_os.access import is_platform_admin, require_role, role_in
@@ -191,7 +192,7 @@ def replica_submit(actor, deployment: Deployment, replica: DeploymentReplica,
         secret_env={spec.key_env: deployment_api_key(deployment)},
         # Where work is sandboxed, the weights it serves are all it sees of the data directory.
         mounts=data_mounts([target.folder, target.adapter]),
-        labels={ROLE_LABEL: ROLE_MODEL_SERVER},
+        labels={ROLE_LABEL: ROLE_MODEL_SERVER, OWNER_LABEL: f"the deployment {deployment.name}"},
     )
     replica.job, replica.served_model, replica.message = job, spec.served_model, reason
     replica.save()

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from aistation.choices import JobState
+from aistation.labels import OWNER_LABEL
 from aistation.models import Job, Queue
 from aistation.services.job_tokens import job_token_bind, job_token_new
 from aistation.services.jobs import job_cancel, job_submit
@@ -266,7 +267,8 @@ def _launch(*, actor, run: EvaluationRun, spec: dict, queue: Queue, gpus: int,
         gpus_per_replica=gpus, cpu_per_replica=1.0, memory_mib_per_replica=memory_mib,
         max_restarts=1, mounts=storage.data_mounts(reads, write=[folder, cache]),
         # It calls a deployment's replica itself: the replica's pods must let it in.
-        labels={ROLE_LABEL: ROLE_MODEL_CLIENT} if endpoint_key else None,
+        labels={OWNER_LABEL: f"evaluation run {run.pk}" + (f" {run.name}" if run.name else ""),
+                **({ROLE_LABEL: ROLE_MODEL_CLIENT} if endpoint_key else {})},
     )
     job_token_bind(job=job, secret=secret)
     run.job = job

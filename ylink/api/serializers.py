@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from aistation.api.serializers import RejectUnknownFields, caller_tenant, tenant_and_queue
+from aistation.selectors import job_waiting_reason
 from infra_os.api.serializers import CallerTenantField
 from ylink.choices import RUNNER_EVENT_KINDS, DatasetKind, TrainingKind
 from ylink.models import (
@@ -202,8 +203,15 @@ class _RunSerializer(serializers.ModelSerializer):
     reason = serializers.SerializerMethodField(help_text="What its job is waiting for or why "
                                                "it ended.")
 
+    waiting_reason = serializers.SerializerMethodField(
+        help_text="Why its job waits for the scheduler, naming what is scarce and who holds "
+                  "it; empty unless it waits.")
+
     def get_reason(self, run) -> str:
         return run.job.reason if run.job and not run.succeeded else ""
+
+    def get_waiting_reason(self, run) -> str:
+        return job_waiting_reason(run.job)
 
 
 class PipelineRunSerializer(_RunSerializer):
@@ -212,7 +220,8 @@ class PipelineRunSerializer(_RunSerializer):
 
     class Meta:
         model = PipelineRun
-        fields = ["id", "name", "tenant", "state", "reason", "message", "input_version",
+        fields = ["id", "name", "tenant", "state", "reason", "waiting_reason", "message",
+                  "input_version",
                   "steps", "replicas", "tokenizer_run", "step_results", "output_version",
                   "job", "created_by", "created_at", "finished_at"]
 
@@ -223,7 +232,7 @@ class TrainingRunSerializer(_RunSerializer):
 
     class Meta:
         model = TrainingRun
-        fields = ["id", "name", "tenant", "kind", "state", "reason", "message",
+        fields = ["id", "name", "tenant", "kind", "state", "reason", "waiting_reason", "message",
                   "dataset_version", "base_run", "spec", "gpus", "replicas", "step",
                   "total_steps", "tokens", "tokens_per_s", "eta_s", "loss", "lr",
                   "resumed_from_step", "progress_at", "artifact", "output_path", "parameters",

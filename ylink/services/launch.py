@@ -7,6 +7,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from aistation.labels import OWNER_LABEL
 from aistation.models import Job, Queue
 from aistation.services.job_tokens import job_token_bind, job_token_new
 from aistation.services.jobs import job_submit
@@ -19,6 +20,12 @@ def runner_command(module: str, spec_path: str, *, local: bool) -> list[str]:
     # The local driver runs the platform's own interpreter; a container has its own python.
     python = sys.executable if local else "python"
     return [python, "-m", module, "--spec", spec_path]
+
+
+def run_display(run: ToolchainRun, kind: str) -> str:
+    """How a wait names the run's job: "training run 5 tiny-gpt"."""
+    what = kind.removesuffix("-runs").replace("-", " ")
+    return f"{what} run {run.pk}" + (f" {run.name}" if run.name else "")
 
 
 def run_launch(*, actor, run: ToolchainRun, kind: str, module: str, spec: dict, queue: Queue,
@@ -48,6 +55,7 @@ def run_launch(*, actor, run: ToolchainRun, kind: str, module: str, spec: dict, 
         mounts=[DataMount(str(folder), read_only=False),
                 *(DataMount(str(Path(path)), read_only=True) for path in dict.fromkeys(reads)
                   if path)],
+        labels={OWNER_LABEL: run_display(run, kind)},
     )
     job_token_bind(job=job, secret=secret)
     run.job = job
