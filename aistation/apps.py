@@ -11,6 +11,11 @@ class AistationConfig(AppConfig):
 
         register_allocation_provider(gpu_allocations)
 
+        from aistation.selectors import queue_tenant_ids
+        from podsys.cluster_tenants import register_cluster_tenants_provider
+
+        register_cluster_tenants_provider(queue_tenant_ids)
+
         from aistation.metrics import JobsCollector
         from ogai.metrics import register_collector
 

@@ -52,3 +52,9 @@ def notebook_list(*, user) -> QuerySet[Notebook]:
                                                              "queue__cluster", "job"),
         user,
     ).filter(own_or_admin)
+
+
+def queue_tenant_ids(cluster_id: int) -> set[int]:
+    """The tenants with an active queue on the cluster: those who run work there."""
+    return set(Queue.objects.filter(cluster_id=cluster_id, is_active=True)
+               .values_list("tenant_id", flat=True))

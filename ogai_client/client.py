@@ -30,6 +30,7 @@ from ogai_client.config import TOKEN_ENV, URL_ENV, load_config
 from ogai_client.models import (
     Benchmark,
     Checkpoint,
+    ClusterEnvironment,
     Dataset,
     DatasetVersion,
     Deployment,
@@ -880,6 +881,12 @@ class OgaiClient:
         found = self._all(f"{PODSYS}/nodes/", params, Node.from_api, key=lambda n: n.id)
         # The list may not filter by name: only that name, exactly.
         return [node for node in found if not name or node.name == name]
+
+    def cluster_environments(self, cluster: str) -> list[ClusterEnvironment]:
+        """The named environments a cluster offers jobs, the default first (for platform
+        admins and tenants with a queue on it)."""
+        return [ClusterEnvironment.from_api(row) for row in _rows(self._request(
+            "GET", f"{PODSYS}/clusters/{quote(cluster, safe='')}/environments/"))]
 
     def node(self, node_id: int) -> Node:
         return Node.from_api(self._request("GET", f"{PODSYS}/nodes/{int(node_id)}/"))

@@ -22,7 +22,12 @@ from infra_os.selectors import tenant_list
 from podsys.allocations import gpu_allocations
 from podsys.filtersets import ClusterFilterSet
 from podsys.models import Node
-from podsys.selectors import cluster_list, node_list
+from podsys.selectors import (
+    cluster_environment_list,
+    cluster_list,
+    environments_visible,
+    node_list,
+)
 from podsys.services.clusters import (
     cluster_check_connection,
     cluster_create,
@@ -95,11 +100,26 @@ def cluster_detail(request, name: str):
         "nodes_taking_work": sum(1 for node in nodes if node.takes_work),
         "gpu_percent": round(100 * allocated / total) if total else 0,
     }
-    template = "frontend/clusters/nodes.html" if wants_partial(request) \
-        else "frontend/clusters/detail.html"
+    if wants_partial(request):
+        template = "frontend/clusters/nodes.html"
+    else:
+        template = "frontend/clusters/detail.html"
+        context |= _environments_context(request, cluster)
     response = render(request, template, context)
     patch_vary_headers(response, ("HX-Request",))
     return response
+
+
+def _environments_context(request, cluster) -> dict:
+    """The environments jobs there may name, for those who run there (and admins)."""
+    if not environments_visible(user=request.user, cluster=cluster):
+        return {"show_environments": False}
+    try:
+        offered = cluster_environment_list(user=request.user, cluster=cluster)
+    except ValidationError as exc:
+        return {"show_environments": True, "environments": [],
+                "environments_error": " ".join(exc.messages)}
+    return {"show_environments": True, "environments": offered, "environments_error": ""}
 
 
 @login_required

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podsys.drivers.base import DriverError, EnvironmentInfo
+from podsys.drivers.common import describe_environments
 
 PLATFORM = "platform"
 PROBE_TIMEOUT_S = 30.0
@@ -162,25 +163,11 @@ def choose(options: dict, name: str, *, cluster: str) -> LocalEnvironment:
     chosen = next((env for env in offered if env.name == wanted), None)
     if chosen is None:
         raise DriverError(f"cluster {cluster} offers no environment {wanted!r}; it offers "
-                          f"{describe(offered)}")
+                          f"{describe_environments(offered)}")
     if chosen.problem:
         raise DriverError(f"environment {chosen.name!r} of cluster {cluster} cannot run jobs: "
                           f"{chosen.problem}")
     return chosen
-
-
-def describe(offered: list[EnvironmentInfo]) -> str:
-    """'platform (Python 3.11.9, torch 2.13.0), bare (Python 3.11.9, no torch)'."""
-    return ", ".join(f"{env.name} ({summary(env)})" for env in offered) or "none"
-
-
-def summary(env: EnvironmentInfo) -> str:
-    problem = getattr(env, "problem", "")
-    if problem:
-        return f"unusable: {problem}"
-    if not env.python:
-        return f"image {env.where}" if env.where else "versions unknown"
-    return f"Python {env.python}, " + (f"torch {env.torch}" if env.torch else "no torch")
 
 
 def activate(env: dict[str, str], chosen: LocalEnvironment) -> dict[str, str]:
