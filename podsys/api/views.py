@@ -55,7 +55,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
         return self.respond(report, serializer=s.ConnectionReportSerializer)
 
     @extend_schema(request=None, responses=s.EnvironmentSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
     def environments(self, request, name=None):
         """The named environments jobs on this cluster may ask for, the default first, with
         their Python and torch versions where known: for platform admins and the tenants with

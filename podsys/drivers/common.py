@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import signal
+from collections.abc import Sequence
 
 from podsys.drivers.base import (
     DriverError,
@@ -96,7 +97,7 @@ def tail_lines(text: str, tail: int | None) -> str:
     return "".join(text.splitlines(keepends=True)[-tail:])
 
 
-def describe_environments(offered: list[EnvironmentInfo]) -> str:
+def describe_environments(offered: Sequence[EnvironmentInfo]) -> str:
     """'platform (Python 3.11.9, torch 2.13.0), bare (Python 3.11.9, no torch)'."""
     return ", ".join(f"{env.name} ({environment_summary(env)})" for env in offered) or "none"
 

@@ -44,6 +44,7 @@ from podsys.drivers.base import (
     FEATURE_SANDBOX,
     ClusterDriver,
     DriverError,
+    EnvironmentInfo,
     NodeInfo,
     Phase,
     ReplicaStatus,
@@ -341,8 +342,8 @@ class LocalDriver(ClusterDriver):
 
     # Launch ---------------------------------------------------------------------------------
 
-    def environments(self) -> list[LocalEnvironment]:  # type: ignore[override]
-        return local_environments.environments(self.options)
+    def environments(self) -> list[EnvironmentInfo]:
+        return list(local_environments.environments(self.options))
 
     def _environment(self, workload: Workload) -> LocalEnvironment:
         return local_environments.choose(self.options, workload.environment,
@@ -664,11 +665,10 @@ class LocalDriver(ClusterDriver):
         environment = self._environment(workload)
         folder = self._folder(workload.id)
         cwd = self._cwd(workload, folder)
-        hidden = SECRET_SHOWN_AS
         env = local_environments.activate(
             {"PATH": self._base_env().get("PATH", os.defpath)}, environment)
         env.update(workload.env)
-        env.update(dict.fromkeys(workload.secret_env, hidden))
+        env.update(dict.fromkeys(workload.secret_env, SECRET_SHOWN_AS))
         gpus = self._gpus()
         text: dict[str, Any] = {
             "cluster": self.cluster,
