@@ -11,10 +11,10 @@ class AistationConfig(AppConfig):
 
         register_allocation_provider(gpu_allocations)
 
-        from aistation.selectors import queue_tenant_ids
-        from podsys.cluster_tenants import register_cluster_tenants_provider
+        from aistation.selectors import queue_tenants_run_there
+        from podsys.cluster_tenants import register_runs_there_provider
 
-        register_cluster_tenants_provider(queue_tenant_ids)
+        register_runs_there_provider(queue_tenants_run_there)
 
         from aistation.metrics import JobsCollector
         from ogai.metrics import register_collector

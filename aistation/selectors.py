@@ -54,7 +54,8 @@ def notebook_list(*, user) -> QuerySet[Notebook]:
     ).filter(own_or_admin)
 
 
-def queue_tenant_ids(cluster_id: int) -> set[int]:
-    """The tenants with an active queue on the cluster: those who run work there."""
-    return set(Queue.objects.filter(cluster_id=cluster_id, is_active=True)
-               .values_list("tenant_id", flat=True))
+def queue_tenants_run_there(cluster_id: int, tenant_ids) -> bool:
+    """Whether one of the tenants (ids, or a subquery of them) has an active queue on the
+    cluster: runs work there."""
+    return Queue.objects.filter(cluster_id=cluster_id, is_active=True,
+                                tenant_id__in=tenant_ids).exists()

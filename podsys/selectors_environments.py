@@ -3,7 +3,7 @@
 from django.core.exceptions import ValidationError
 
 from infra_os.access import is_platform_admin, member_tenant_ids
-from podsys.cluster_tenants import cluster_tenant_ids
+from podsys.cluster_tenants import tenants_run_there
 from podsys.drivers.base import DriverError, EnvironmentInfo
 from podsys.models import Cluster
 from podsys.runtime import driver_for
@@ -16,16 +16,15 @@ def environments_visible(*, user, cluster: Cluster) -> bool:
         return True
     if not user.is_authenticated:
         return False
-    mine = {row["tenant_id"] for row in member_tenant_ids(user)}
-    return bool(cluster_tenant_ids(cluster.pk) & mine)
+    return tenants_run_there(cluster.pk, member_tenant_ids(user))
 
 
-def cluster_environment_list(*, user, cluster: Cluster) -> list[EnvironmentInfo]:
-    """What the cluster's driver offers, the default first. Callers check
-    `environments_visible` first (and answer 404 when not). A driver that cannot say is a
+def cluster_environment_list(*, user, cluster: Cluster) -> list[EnvironmentInfo] | None:
+    """What the cluster's driver offers, the default first; None when the user may not see
+    it (callers answer 404, as for a cluster they cannot see). A driver that cannot say is a
     ValidationError in its words."""
     if not environments_visible(user=user, cluster=cluster):
-        raise Cluster.DoesNotExist(f"no cluster {cluster.name}")
+        return None
     try:
         return driver_for(cluster).environments()
     except DriverError as exc:

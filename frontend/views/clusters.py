@@ -22,12 +22,7 @@ from infra_os.selectors import tenant_list
 from podsys.allocations import gpu_allocations
 from podsys.filtersets import ClusterFilterSet
 from podsys.models import Node
-from podsys.selectors import (
-    cluster_environment_list,
-    cluster_list,
-    environments_visible,
-    node_list,
-)
+from podsys.selectors import cluster_environment_list, cluster_list, node_list
 from podsys.services.clusters import (
     cluster_check_connection,
     cluster_create,
@@ -112,14 +107,13 @@ def cluster_detail(request, name: str):
 
 def _environments_context(request, cluster) -> dict:
     """The environments jobs there may name, for those who run there (and admins)."""
-    if not environments_visible(user=request.user, cluster=cluster):
-        return {"show_environments": False}
     try:
         offered = cluster_environment_list(user=request.user, cluster=cluster)
     except ValidationError as exc:
         return {"show_environments": True, "environments": [],
                 "environments_error": " ".join(exc.messages)}
-    return {"show_environments": True, "environments": offered, "environments_error": ""}
+    return {"show_environments": offered is not None, "environments": offered or [],
+            "environments_error": ""}
 
 
 @login_required

@@ -60,10 +60,10 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
         """The named environments jobs on this cluster may ask for, the default first, with
         their Python and torch versions where known: for platform admins and the tenants with
         a queue on it (others get 404)."""
-        cluster = self.get_object()
-        if not selectors.environments_visible(user=request.user, cluster=cluster):
+        offered = selectors.cluster_environment_list(user=request.user,
+                                                     cluster=self.get_object())
+        if offered is None:
             raise NotFound("No Cluster matches the given query.")
-        offered = selectors.cluster_environment_list(user=request.user, cluster=cluster)
         return Response(s.EnvironmentSerializer(offered, many=True).data)
 
     @extend_schema(request=s.ServerNameSerializer, responses=s.ServerAllocationSerializer)
