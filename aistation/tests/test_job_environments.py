@@ -14,7 +14,7 @@ from aistation.services.jobs import job_submit
 from aistation.services.manifests import job_manifests
 from aistation.services.queues import queue_create
 from podsys.models import Cluster, Node
-from podsys.services.clusters import cluster_refresh_capacity
+from podsys.services.clusters import cluster_create, cluster_refresh_capacity
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +127,11 @@ def test_another_tenant_without_a_queue_there_gets_404(api, world, local):
     local.cluster.tenant = world.alpha
     local.cluster.save(update_fields=["tenant"])
     assert api.as_user(world.beta_admin).get(url(local.cluster)).status_code == 404
+
+
+def test_a_local_cluster_with_bad_environments_is_refused_at_registration(world):
+    with pytest.raises(ValidationError) as info:
+        cluster_create(actor=world.operator, name="bad", driver="local",
+                       options={"environments": {"torch": "relative/env"}})
+    assert "'torch' must be an absolute folder" in info.value.message_dict["options"][0]
+    assert not Cluster.objects.filter(name="bad").exists()

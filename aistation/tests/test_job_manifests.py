@@ -1,6 +1,7 @@
 """`GET /jobs/{id}/manifests/`: what OGAI would run for a job, as YAML: the Kubernetes objects
 on a Kubernetes cluster, the workload itself on the fake one."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -10,10 +11,12 @@ from aistation.models import Attempt
 from aistation.services.jobs import job_submit
 from aistation.services.manifests import job_manifests, job_next_attempt
 from aistation.services.queues import queue_create
+from ogai.crypto import encrypt
 from podsys.models import Cluster, Node
 from podsys.services.clusters import cluster_refresh_capacity
 
 IMAGE = "registry.example.org/train:1"
+KUBECONFIG = "users: [{name: ogai, user: {token: kube-token-7}}]"
 
 
 def url(job):
@@ -24,8 +27,8 @@ def url(job):
 def kube(world):
     """A Kubernetes cluster known by its nodes only (rendering never reaches it), and alpha's
     queue on it; `kube.submit(...)` submits as alpha's member."""
-    cluster = Cluster.objects.create(name="kube", driver="kubernetes",
-                                     options={"kubeconfig": "unused: true"})
+    cluster = Cluster.objects.create(name="kube", driver="kubernetes", options={},
+                                     credentials=encrypt(json.dumps({"kubeconfig": KUBECONFIG})))
     for i in range(2):
         Node.objects.create(cluster=cluster, name=f"gpu-{i}", gpus=8, cpu_cores=64,
                             memory_mib=524288)
@@ -104,7 +107,7 @@ def test_anonymous_callers_are_refused(api, world, farm):
 def test_the_stored_credentials_never_reach_the_rendering(api, world, kube):
     job = kube.submit(image=IMAGE)
     text = api.as_user(world.alpha_member).get(url(job)).json()["yaml"]
-    assert "unused" not in text and "kubeconfig" not in text
+    assert "kube-token-7" not in text and "kubeconfig" not in text
 
 
 def test_on_the_fake_cluster_the_workload_itself_is_shown(api, world, farm):
