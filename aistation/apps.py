@@ -11,6 +11,11 @@ class AistationConfig(AppConfig):
 
         register_allocation_provider(gpu_allocations)
 
+        from aistation.selectors import queue_tenants_run_there
+        from podsys.cluster_tenants import register_runs_there_provider
+
+        register_runs_there_provider(queue_tenants_run_there)
+
         from aistation.metrics import JobsCollector
         from ogai.metrics import register_collector
 

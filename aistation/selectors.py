@@ -69,3 +69,10 @@ def notebook_list(*, user) -> QuerySet[Notebook]:
 def workdir_list(*, user) -> QuerySet[Workdir]:
     """The working folders of the caller's tenants."""
     return scope_to_user(Workdir.objects.select_related("tenant"), user)
+
+
+def queue_tenants_run_there(cluster_id: int, tenant_ids) -> bool:
+    """Whether one of the tenants (ids, or a subquery of them) has an active queue on the
+    cluster: runs work there."""
+    return Queue.objects.filter(cluster_id=cluster_id, is_active=True,
+                                tenant_id__in=tenant_ids).exists()

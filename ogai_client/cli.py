@@ -801,7 +801,8 @@ def build_parser() -> ArgumentParser:
     rerun.add_argument("id", type=_job_id, metavar="ID")
 
     render = command(jobs, "render", cmd_job_render,
-                     "print, as YAML, the Kubernetes objects OGAI would create for a job")
+                     "print, as YAML, what a job runs on its cluster (Kubernetes objects, "
+                     "or the local environment, command and sandbox)")
     render.add_argument("id", type=_job_id, metavar="ID")
 
     notebook = commands.add_parser("notebook", help="JupyterLab notebooks",

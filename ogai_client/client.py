@@ -31,6 +31,7 @@ from ogai_client.config import TOKEN_ENV, URL_ENV, load_config
 from ogai_client.models import (
     Benchmark,
     Checkpoint,
+    ClusterEnvironment,
     Dataset,
     DatasetVersion,
     Deployment,
@@ -354,8 +355,9 @@ class OgaiClient:
                                               params=params))
 
     def job_manifests(self, job_id: int) -> str:
-        """The Kubernetes objects OGAI would create for the job (its newest attempt, or its
-        next one if it has not started), as one multi-document YAML."""
+        """What the job (its newest attempt, or its next one if it has not started) runs on its
+        cluster, as YAML: the Kubernetes objects OGAI would create, or the local driver's
+        environment, command and sandbox."""
         data = self._request("GET", f"{AISTATION}/jobs/{int(job_id)}/manifests/")
         text = data.get("yaml") if isinstance(data, dict) else None
         if not isinstance(text, str):
@@ -978,6 +980,12 @@ class OgaiClient:
         found = self._all(f"{PODSYS}/nodes/", params, Node.from_api, key=lambda n: n.id)
         # The list may not filter by name: only that name, exactly.
         return [node for node in found if not name or node.name == name]
+
+    def cluster_environments(self, cluster: str) -> list[ClusterEnvironment]:
+        """The named environments a cluster offers jobs, the default first (for platform
+        admins and tenants with a queue on it)."""
+        return [ClusterEnvironment.from_api(row) for row in _rows(self._request(
+            "GET", f"{PODSYS}/clusters/{quote(cluster, safe='')}/environments/"))]
 
     def node(self, node_id: int) -> Node:
         return Node.from_api(self._request("GET", f"{PODSYS}/nodes/{int(node_id)}/"))

@@ -1041,6 +1041,26 @@ DEPLOYMENT_FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 
 
 @dataclass(frozen=True)
+class ClusterEnvironment:
+    """A named environment jobs on a cluster may ask for (`environment:` in a job spec): a
+    Python environment's folder on a local cluster, an image on Kubernetes (`where`), with its
+    Python and torch versions where known; `problem` says why it cannot run jobs."""
+
+    name: str
+    where: str = ""
+    python: str = ""
+    torch: str = ""
+    default: bool = False
+    problem: str = ""
+
+    @classmethod
+    def from_api(cls, data: dict) -> ClusterEnvironment:
+        return cls(name=data.get("name", ""), where=data.get("where") or "",
+                   python=data.get("python") or "", torch=data.get("torch") or "",
+                   default=bool(data.get("default")), problem=data.get("problem") or "")
+
+
+@dataclass(frozen=True)
 class Node:
     """A machine of a cluster as its driver last reported it. `health`: healthy, not_ready or
     lost; `schedulable` False when cordoned, `cordon_source` saying by whom (operator,

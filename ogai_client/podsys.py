@@ -1,4 +1,6 @@
-"""`ogai node` and `ogai stack`: PODsys, the cluster system, for operators on the command line.
+"""`ogai cluster`, `ogai node` and `ogai stack`: PODsys, the cluster system, on the command line.
+
+`ogai cluster environments CLUSTER` lists what jobs there may name as their environment.
 
 A node is named by its name (with `--cluster` when several clusters have one). Cordoning,
 health checks on demand, stack profiles and deployment runs are platform admins' work: anyone
@@ -9,6 +11,7 @@ fatal one failed) and deployment runs until they end (exit 0 only if the run suc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -530,10 +533,37 @@ def cmd_stack_cancel(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+# -- clusters -----------------------------------------------------------------------------------
+
+def cmd_cluster_environments(args: argparse.Namespace, ctx: Context) -> int:
+    with _about("cluster", args.cluster):
+        offered = ctx.client().cluster_environments(args.cluster)
+    if args.json:
+        _print_json(ctx, [dataclasses.asdict(env) for env in offered])
+        return 0
+    if not offered:
+        ctx.note(f"cluster {args.cluster} offers no named environments: jobs name an image "
+                 "(`image:`) or run in its default")
+        return 0
+    table = _table()
+    for column in ("NAME", "PYTHON", "TORCH", "WHERE", "DEFAULT"):
+        table.add_column(column, overflow="fold")
+    for env in offered:
+        python: Text | str = env.python or "-"
+        if env.problem:
+            python = Text(f"unusable: {env.problem}", style="bold red")
+        table.add_row(env.name, python, env.torch or "-", env.where or "-",
+                      "yes" if env.default else "")
+    ctx.out.print(table)
+    ctx.note("a job names one with `environment: NAME` in its spec; without, it runs in the "
+             "default")
+    return 0
+
+
 # -- the parser ---------------------------------------------------------------------------------
 
 def add_commands(commands: Any, command: Callable[..., Any]) -> None:
-    """Add `node` and `stack` to the CLI's parser."""
+    """Add `cluster`, `node` and `stack` to the CLI's parser."""
     _run_id = cli._id_of("deployment run")
 
     def group(name: str, help: str, description: str) -> Any:
@@ -553,6 +583,13 @@ def add_commands(commands: Any, command: Callable[..., Any]) -> None:
         parser.add_argument("--follow", "-f", action="store_true", help=text)
         parser.add_argument("--interval", type=_interval, default=2.0,
                             help="seconds between polls with -f (default 2)")
+
+    clusters = group("cluster", "clusters: the environments their jobs may ask for",
+                     "Clusters you run on.")
+    c_envs = command(clusters, "environments", cmd_cluster_environments,
+                     "the named environments a cluster offers jobs, with Python and torch")
+    c_envs.add_argument("cluster", metavar="CLUSTER", help="the cluster's name")
+    json_flag(c_envs)
 
     nodes = group("node", "cluster nodes: GPUs, health, cordon (operators)",
                   "Nodes of the clusters. Cordoning and checks on demand are for platform "

@@ -5,6 +5,10 @@ from django.db.models import Count, Q, QuerySet, Sum
 from infra_os.access import is_platform_admin, member_tenant_ids
 from podsys.models import Cluster, Node
 from podsys.models.accounts import ClusterGroup, ClusterUser
+from podsys.selectors_environments import (  # noqa: F401
+    cluster_environment_list,
+    environments_visible,
+)
 from podsys.selectors_health import (  # noqa: F401
     health_check_history,
     health_check_run_list,

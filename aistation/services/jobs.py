@@ -19,6 +19,7 @@ from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
 from podsys.drivers.base import FEATURE_SANDBOX, DataMount, DriverError
+from podsys.drivers.common import describe_environments, environment_summary
 from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_refresh_capacity
 
@@ -71,6 +72,32 @@ def _check_sandbox(queue: Queue) -> None:
         raise ValidationError({"queue": (
             f"Cluster {queue.cluster.name} runs no tenant's work: it cannot sandbox it "
             f"({driver.unsupported[FEATURE_SANDBOX]}).")})
+
+
+def _check_environment(queue: Queue, environment: str) -> None:
+    """Refuse at once an environment the queue's cluster does not offer (or cannot run jobs
+    in), saying which it offers."""
+    if not environment:
+        return
+    cluster = queue.cluster
+    try:
+        offered = driver_for(cluster).environments()
+    except DriverError:
+        return  # a broken cluster says so when the job is launched
+    if not offered:
+        instead = "name an image (`image`) instead" if cluster.driver == "kubernetes" \
+            else "leave `environment` empty"
+        raise ValidationError({"environment": f"Cluster {cluster.name} offers no named "
+                               f"environments; {instead}."})
+    chosen = next((env for env in offered if env.name == environment), None)
+    if chosen is None:
+        raise ValidationError({"environment": f"Cluster {cluster.name} offers no environment "
+                               f"{environment!r}; it offers "
+                               f"{describe_environments(offered)}."})
+    if getattr(chosen, "problem", ""):
+        raise ValidationError({"environment": f"Environment {environment!r} of cluster "
+                               f"{cluster.name} cannot run jobs "
+                               f"({environment_summary(chosen)})."})
 
 
 def _check_mounts(mounts: list[DataMount]) -> list[dict]:
@@ -133,6 +160,7 @@ def job_submit(
     _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model, cpu=cpu_per_replica,
                 memory_mib=memory_mib_per_replica, replicas=replicas)
     _check_sandbox(queue)
+    _check_environment(queue, environment)
     now = timezone.now()
     job = Job(
         tenant=tenant, queue=queue, cluster=queue.cluster, owner=actor, name=name,

@@ -1,10 +1,12 @@
-"""The Kubernetes objects OGAI would create for a job, as YAML a person can read."""
+"""What OGAI would run for a job, as YAML a person can read: the Kubernetes objects on a
+Kubernetes cluster, the environment, command and sandbox on the local one."""
 
 from django.core.exceptions import ValidationError
 
 from aistation.models import Attempt, Job
 from aistation.services.workloads import attempt_workload, workload_id
-from podsys.drivers.kube_manifests import KubeOptions, render_yaml, workload_objects
+from podsys.drivers import get_driver
+from podsys.drivers.base import DriverError
 
 
 def job_next_attempt(job: Job) -> Attempt:
@@ -19,14 +21,15 @@ def job_next_attempt(job: Job) -> Attempt:
 
 
 def job_manifests(*, job: Job) -> str:
-    """The job's objects (NetworkPolicy, Secret when it has secrets, Service, optional PodGroup,
-    Job) as multi-document YAML, rendered with the cluster's public options only (never its
-    stored credentials) and sending nothing to any cluster. Whatever cannot be rendered is a
-    ValidationError naming it."""
+    """The cluster driver's rendering of the job's attempt (`ClusterDriver.render`), with the
+    cluster's public options only (never its stored credentials: nothing is sent to any
+    cluster, and no process is started). Whatever cannot be rendered is a ValidationError
+    naming it."""
     attempt = job_next_attempt(job)
+    cluster = job.cluster
     try:
-        opts = KubeOptions.from_options(job.cluster.options)
-        return render_yaml(workload_objects(attempt_workload(attempt, reveal_secrets=False),
-                                            opts))
-    except ValueError as exc:
+        driver = get_driver(cluster=cluster.name, driver=cluster.driver,
+                            options=dict(cluster.options))
+        return driver.render(attempt_workload(attempt, reveal_secrets=False))
+    except DriverError as exc:
         raise ValidationError(str(exc)) from None

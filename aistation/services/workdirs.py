@@ -96,7 +96,11 @@ def _keep(staged: Path, tenant_id: int, sha256: str) -> None:
     """Move the checked archive into place at once: a reader sees all of it or none."""
     target = workdir_archive_path(tenant_id, sha256)
     _private_folder(target.parent)
-    staged.chmod(0o600)
+    # Readable by all inside folders only the platform enters: on this machine sandboxes never
+    # see the data directory, and on Kubernetes only the pods of a job that ships this folder
+    # mount it (the file alone, by subPath) for their init container, which runs as the
+    # tenant's unprivileged user.
+    staged.chmod(0o644)
     os.replace(staged, target)
 
 

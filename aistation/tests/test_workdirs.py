@@ -59,7 +59,7 @@ def test_an_upload_is_kept_once_listed_and_private(api, world, data_dir):
         (path, len(content)) for path, content in TRAIN.items()}
     path = workdir_archive_path(world.alpha.pk, body["sha256"])
     assert path.read_bytes() == data
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE((data_dir / "workdirs").stat().st_mode) == 0o700
     assert AuditEvent.objects.filter(action="workdir.upload", tenant=world.alpha).count() == 1

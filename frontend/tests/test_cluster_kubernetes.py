@@ -2,7 +2,10 @@
 
 from django.urls import reverse
 
+from aistation.services.jobs import job_submit
+from aistation.services.queues import queue_create
 from podsys.models import Cluster
+from podsys.services.clusters import cluster_create, cluster_sync_nodes
 from tests.fakekube import fake_kube  # noqa: F401  (a fixture)
 
 
@@ -30,16 +33,26 @@ def test_an_operator_adds_a_kubernetes_cluster_and_checks_it(signed_in, world, f
     assert fake_kube.token not in text
 
 
-def test_the_job_page_shows_its_kubernetes_objects(signed_in, world, farm):
-    job = farm.submit(gpus=2, image="registry.example.org/train:1")
+def test_the_job_page_shows_its_kubernetes_objects(signed_in, world, fake_kube):  # noqa: F811
+    fake_kube.add_node("gpu-0", gpus=8)
+    cluster = cluster_create(actor=world.operator, name="k8s", driver="kubernetes",
+                             kubeconfig=fake_kube.kubeconfig())
+    cluster_sync_nodes(cluster=cluster)
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="k8s", cluster=cluster)
+
+    def submit(**extra):
+        return job_submit(actor=world.alpha_member, tenant=world.alpha, queue=queue,
+                          name="work", command=["python", "train.py"], **extra)
+
+    job = submit(gpus_per_replica=2, image="registry.example.org/train:1")
     client = signed_in(world.alpha_member, world.alpha)
     page = client.get(reverse("frontend:job", args=[job.pk])).content.decode()
-    assert "Kubernetes objects" in page and f"ogai job render {job.pk}" in page
+    assert "What runs" in page and f"ogai job render {job.pk}" in page
     part = client.get(reverse("frontend:job", args=[job.pk]), {"part": "manifests"},
                       HTTP_HX_REQUEST="true").content.decode()
     assert "kind: Job" in part and "completionMode: Indexed" in part
     assert "registry.example.org/train:1" in part
-    imageless = farm.submit(gpus=1)
+    imageless = submit(gpus_per_replica=1)
     part = client.get(reverse("frontend:job", args=[imageless.pk]), {"part": "manifests"},
                       HTTP_HX_REQUEST="true").content.decode()
     assert "cannot be rendered: no image" in part

@@ -24,7 +24,7 @@ from infra_os.selectors import tenant_list
 from podsys.allocations import gpu_allocations
 from podsys.filtersets import ClusterFilterSet
 from podsys.models import Node
-from podsys.selectors import cluster_list, node_list
+from podsys.selectors import cluster_environment_list, cluster_list, node_list
 from podsys.services.clusters import (
     cluster_check_connection,
     cluster_create,
@@ -106,11 +106,25 @@ def cluster_detail(request, name: str):
         "memory": Usage(sum(card.memory.allocated for card in cards),
                         sum(card.memory.total for card in cards)),
     }
-    template = "frontend/clusters/nodes.html" if wants_partial(request) \
-        else "frontend/clusters/detail.html"
+    if wants_partial(request):
+        template = "frontend/clusters/nodes.html"
+    else:
+        template = "frontend/clusters/detail.html"
+        context |= _environments_context(request, cluster)
     response = render(request, template, context)
     patch_vary_headers(response, ("HX-Request",))
     return response
+
+
+def _environments_context(request, cluster) -> dict:
+    """The environments jobs there may name, for those who run there (and admins)."""
+    try:
+        offered = cluster_environment_list(user=request.user, cluster=cluster)
+    except ValidationError as exc:
+        return {"show_environments": True, "environments": [],
+                "environments_error": " ".join(exc.messages)}
+    return {"show_environments": offered is not None, "environments": offered or [],
+            "environments_error": ""}
 
 
 @login_required

@@ -177,7 +177,7 @@ def _status_context(job) -> dict:
 
 
 def _manifests_context(job) -> dict:
-    """The Kubernetes objects the job's attempt is (or would be) made of, or why it cannot
+    """What the job's attempt runs (or would run) on its cluster, or why it cannot
     be rendered."""
     try:
         return {"job": job, "manifests": job_manifests(job=job), "manifests_error": ""}

@@ -25,8 +25,8 @@ from infra_os.models import ApiToken
 from infra_os.services.tokens import api_token_create
 from ogai_client import OgaiClient, OgaiError, cli
 from podsys.drivers.fake import fake_cluster
-from podsys.models import Cluster
-from podsys.services.clusters import cluster_sync_nodes
+from podsys.models import Cluster, Node
+from podsys.services.clusters import cluster_refresh_capacity, cluster_sync_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -470,9 +470,21 @@ def test_the_sdk_submits_lists_and_pages(as_member, cluster, live_server, monkey
     assert "command" in raised.value.fields
 
 
-def test_render_prints_the_kubernetes_objects_as_yaml(world, as_member, cluster, capsys,
+@pytest.fixture
+def kube_cluster(world):
+    """A Kubernetes cluster known by its nodes only (rendering never reaches it), with alpha's
+    queue `k8s`."""
+    cluster = Cluster.objects.create(name="k8s", driver="kubernetes", options={})
+    Node.objects.create(cluster=cluster, name="gpu-0", gpus=8, cpu_cores=64, memory_mib=524288)
+    cluster_refresh_capacity(cluster=cluster)
+    queue_create(actor=world.alpha_admin, tenant=world.alpha, name="k8s", cluster=cluster)
+    return cluster
+
+
+def test_render_prints_the_kubernetes_objects_as_yaml(world, as_member, kube_cluster, capsys,
                                                       tmp_path):
-    ogai(capsys, "job", "submit", write_spec(tmp_path, image="registry.example.org/train:1"))
+    ogai(capsys, "job", "submit", write_spec(tmp_path, image="registry.example.org/train:1",
+                                             queue="k8s"))
     job = Job.objects.get()
     code, out, err = ogai(capsys, "job", "render", job.pk)
     assert code == 0, err
@@ -485,8 +497,8 @@ def test_render_prints_the_kubernetes_objects_as_yaml(world, as_member, cluster,
         assert client.job_manifests(job.pk).strip() == out.strip()
 
 
-def test_render_of_a_job_without_an_image_says_why(as_member, cluster, capsys, tmp_path):
-    ogai(capsys, "job", "submit", write_spec(tmp_path))
+def test_render_of_a_job_without_an_image_says_why(as_member, kube_cluster, capsys, tmp_path):
+    ogai(capsys, "job", "submit", write_spec(tmp_path, queue="k8s"))
     code, out, err = ogai(capsys, "job", "render", Job.objects.get().pk)
     assert code == 1 and not out
     assert "no image" in err
@@ -574,3 +586,12 @@ def test_a_working_folder_over_the_limit_is_one_line_and_sends_nothing(as_member
     (folder / ".ogaiignore").write_text("weights.bin\n")
     assert ogai(capsys, "job", "submit", spec)[0] == 0
     assert Workdir.objects.get().file_count == 4
+
+
+def test_render_on_the_fake_cluster_prints_the_workload(as_member, cluster, capsys, tmp_path):
+    ogai(capsys, "job", "submit", write_spec(tmp_path))
+    job = Job.objects.get()
+    code, out, err = ogai(capsys, "job", "render", job.pk)
+    assert code == 0, err
+    shown = yaml.safe_load(out)
+    assert shown["id"] == f"job-{job.pk}-a1" and shown["command"] == job.command

@@ -425,3 +425,29 @@ def test_the_sdk_reads_nodes_checks_and_runs(as_operator, world):
         assert [r.id for r in client.deployment_runs(cluster="gpu-a")] == [run.id]
         assert client.deployment_run_results(run.id).hosts[0].state == "pending"
         assert client.cancel_deployment_run(run.id).is_final
+
+
+# -- clusters -----------------------------------------------------------------------------------
+
+def test_a_clusters_environments_are_listed_for_those_with_a_queue_there(
+        world, live_server, monkeypatch, tmp_path, capsys):
+    from aistation.services.queues import queue_create
+
+    cluster = Cluster.objects.create(name="here", driver="local", options={
+        "root": str(tmp_path / "cluster"), "environments": {"old": str(tmp_path / "gone")}})
+    cluster_sync_nodes(cluster=cluster)
+    queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=cluster)
+    _signed_in(world.alpha_viewer, live_server, monkeypatch)
+    code, out, err = ogai(capsys, "cluster", "environments", "here")
+    assert code == 0, err
+    assert out.split("\n")[0].split() == ["NAME", "PYTHON", "TORCH", "WHERE", "DEFAULT"]
+    platform = row(out, "platform")
+    assert platform[1].startswith("3.11.") and platform[2].startswith("2.13.0")
+    assert platform[-1] == "yes"
+    assert "unusable:" in words(out) and "is not a folder" in words(out)
+    assert "environment: NAME" in err
+    code, out, _ = ogai(capsys, "cluster", "environments", "here", "--json")
+    assert [env["name"] for env in json.loads(out)] == ["platform", "old"]
+    _signed_in(world.beta_admin, live_server, monkeypatch)  # beta has no queue there
+    code, _, err = ogai(capsys, "cluster", "environments", "here")
+    assert (code, err) == (1, "error: cluster here not found (or not visible to you)\n")

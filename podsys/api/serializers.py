@@ -89,6 +89,23 @@ class ConnectionReportSerializer(serializers.Serializer):
     details = serializers.DictField()
 
 
+class EnvironmentSerializer(serializers.Serializer):
+    """A named environment jobs may ask for (`environment` on a job)."""
+
+    name = serializers.CharField()
+    where = serializers.CharField(help_text="A Python environment's folder (local clusters) or "
+                                  "an image (Kubernetes).")
+    python = serializers.CharField(help_text="Its Python version; empty when not known.")
+    torch = serializers.CharField(help_text="Its torch version; empty when it has none or it "
+                                  "is not known.")
+    default = serializers.BooleanField(help_text="Jobs that name no environment run in it.")
+    problem = serializers.SerializerMethodField(
+        help_text="Why it cannot run jobs; empty when it can.")
+
+    def get_problem(self, env) -> str:
+        return getattr(env, "problem", "")
+
+
 class ServerNameSerializer(serializers.Serializer):
     server = serializers.SlugRelatedField(slug_field="name", queryset=Server.objects.all(),
                                           help_text="The bare-metal server's name.")

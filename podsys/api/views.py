@@ -1,6 +1,7 @@
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from infra_os.api.viewsets import ScopedViewSet
@@ -52,6 +53,18 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
         Kueue or Volcano is installed, in plain words."""
         report = cluster_check_connection(actor=request.user, cluster=self.get_object())
         return self.respond(report, serializer=s.ConnectionReportSerializer)
+
+    @extend_schema(request=None, responses=s.EnvironmentSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def environments(self, request, name=None):
+        """The named environments jobs on this cluster may ask for, the default first, with
+        their Python and torch versions where known: for platform admins and the tenants with
+        a queue on it (others get 404)."""
+        offered = selectors.cluster_environment_list(user=request.user,
+                                                     cluster=self.get_object())
+        if offered is None:
+            raise NotFound("No Cluster matches the given query.")
+        return Response(s.EnvironmentSerializer(offered, many=True).data)
 
     @extend_schema(request=s.ServerNameSerializer, responses=s.ServerAllocationSerializer)
     @action(detail=True, methods=["post"], url_path="join-server")

@@ -5,8 +5,15 @@ from __future__ import annotations
 import math
 import re
 import signal
+from collections.abc import Sequence
 
-from podsys.drivers.base import DriverError, Phase, ReplicaStatus, WorkloadStatus
+from podsys.drivers.base import (
+    DriverError,
+    EnvironmentInfo,
+    Phase,
+    ReplicaStatus,
+    WorkloadStatus,
+)
 
 # A DNS-1123 label: the id becomes a folder name or a Kubernetes name, so nothing else may pass.
 _WORKLOAD_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -88,3 +95,18 @@ def tail_lines(text: str, tail: int | None) -> str:
     if tail <= 0:
         return ""
     return "".join(text.splitlines(keepends=True)[-tail:])
+
+
+def describe_environments(offered: Sequence[EnvironmentInfo]) -> str:
+    """'platform (Python 3.11.9, torch 2.13.0), bare (Python 3.11.9, no torch)'."""
+    return ", ".join(f"{env.name} ({environment_summary(env)})" for env in offered) or "none"
+
+
+def environment_summary(env: EnvironmentInfo) -> str:
+    """What the environment holds, or why it cannot run jobs (a local one's `problem`)."""
+    problem = getattr(env, "problem", "")
+    if problem:
+        return f"unusable: {problem}"
+    if not env.python:
+        return f"image {env.where}" if env.where else "versions unknown"
+    return f"Python {env.python}, " + (f"torch {env.torch}" if env.torch else "no torch")

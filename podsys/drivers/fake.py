@@ -12,12 +12,16 @@ loudly in tests.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import json
 import signal
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from podsys.drivers.base import (
     ClusterDriver,
@@ -513,6 +517,13 @@ class FakeDriver(ClusterDriver):
     def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str:
         lines = self.fake.logs(handle, replica)
         return tail_lines("".join(f"{line}\n" for line in lines), tail)
+
+    def render(self, workload: Workload) -> str:
+        """The workload as the driver gets it, as YAML (secrets by name only)."""
+        shown = dataclasses.asdict(workload)
+        shown["secret_env"] = dict.fromkeys(workload.secret_env, "(secret: set at launch)")
+        # Through JSON, so tuples read as lists and YAML needs no Python tags.
+        return yaml.safe_dump(json.loads(json.dumps(shown)), sort_keys=False)
 
     def endpoint(self, handle: str) -> str | None:
         return self.fake.endpoint(handle)

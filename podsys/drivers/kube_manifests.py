@@ -7,6 +7,12 @@ Pure functions only: no client calls, no settings, no I/O. A cluster's settings 
 sent to a cluster: the API server's own errors arrive late, one at a time, and for a Job
 sometimes only as an event on a pod that never starts.
 
+A job's working folder (its archive on the artifacts claim) reaches the pods through an init
+container: it sees of the claim only that one archive file (a read-only `subPath` mount) and
+unpacks it with `tar` into an emptyDir that the main container then has as its working
+directory. It runs the job's own image (which must hold `tar`) as the same non-root user, with
+the same security context, as the main container.
+
 A batch workload is a headless Service (stable DNS names for rendezvous), optionally a Volcano
 PodGroup, and an Indexed Job (one pod per rank, rank = completion index). A service workload is
 a ClusterIP Service and a Deployment. Either comes with its NetworkPolicy and, when it has
@@ -63,6 +69,10 @@ ARTIFACTS_VOLUME = "ogai-artifacts"
 SHM_VOLUME = "ogai-shm"
 SHM_PATH = "/dev/shm"  # noqa: S108 - a mount point in the pod, not a temporary file
 MIN_SHM_MIB = 1024
+WORKDIR_CONTAINER = "ogai-workdir"
+WORKDIR_VOLUME = "ogai-workdir"
+WORKDIR_PATH = "/ogai/workdir"  # the unpacked working folder: the main container's cwd
+WORKDIR_ARCHIVE_PATH = "/ogai/workdir.tar.gz"  # the archive, in the init container only
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Service names are stricter than other names (RFC 1035: they must start with a letter).
@@ -121,6 +131,10 @@ class KubeOptions:
     dns_pod_labels: dict[str, str] = field(default_factory=lambda: {"k8s-app": "kube-dns"})
     # Destinations every tenant pod may reach besides (a package mirror, an HTTP proxy).
     egress_cidrs: list[str] = field(default_factory=list)
+    # Named environments jobs may ask for instead of an image ({name: image}), and the one a
+    # job that names neither gets ("" = `default_image`).
+    environments: dict[str, str] = field(default_factory=dict)
+    default_environment: str = ""
 
     def __post_init__(self) -> None:
         # Types first: options come from configuration, where "29500" or "yes" slip in easily.
@@ -162,6 +176,16 @@ class KubeOptions:
         if self.kueue_queue:
             _check_label_value(self.kueue_queue, "cluster option 'kueue_queue'")
         self._check_security()
+        self._check_environments()
+
+    def _check_environments(self) -> None:
+        for name, image in self.environments.items():
+            if not isinstance(name, str) or not name or not isinstance(image, str) or not image:
+                raise ValueError("cluster option 'environments' must map names to images")
+        if self.default_environment and self.default_environment not in self.environments:
+            raise ValueError(f"cluster option 'default_environment' "
+                             f"{self.default_environment!r} is none of the environments "
+                             f"({', '.join(self.environments) or 'none'})")
 
     def _check_security(self) -> None:
         check_id(self.run_as_user, "cluster option 'run_as_user'")
@@ -421,15 +445,29 @@ def _artifact_mounts(workload: Workload, opts: KubeOptions) -> list[dict]:
     return mounts if opts.artifacts_claim else []
 
 
+def _workdir_archive(workload: Workload, opts: KubeOptions) -> str:
+    """The archive's path inside the artifacts claim; "" when the workload ships none."""
+    if not workload.workdir_archive:
+        return ""
+    if not opts.artifacts_claim:
+        raise ValueError("the job ships a working folder, which reaches the pods from the "
+                         "artifacts volume: set the cluster's 'artifacts_claim' and 'data_dir'")
+    return _claim_path(workload.workdir_archive, opts)
+
+
 def _volumes(workload: Workload, opts: KubeOptions) -> tuple[list[dict], list[dict]]:
     """The pod's volumes and the container's mounts. The artifacts claim is mounted only as
-    the workload's own folders: another tenant's data lies in the same claim."""
+    the workload's own folders (and its working folder's archive, in the init container):
+    another tenant's data lies in the same claim."""
     volumes: list[dict] = []
     mounts = _artifact_mounts(workload, opts)
-    if mounts:
+    if mounts or _workdir_archive(workload, opts):
         volumes.append(
             {"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": opts.artifacts_claim}}
         )
+    if workload.workdir_archive:
+        volumes.append({"name": WORKDIR_VOLUME, "emptyDir": {}})
+        mounts.append({"name": WORKDIR_VOLUME, "mountPath": WORKDIR_PATH})
     volumes.append(
         {
             "name": SHM_VOLUME,
@@ -516,10 +554,46 @@ def _placement(workload: Workload) -> dict:
     return {}
 
 
-def _container(workload: Workload, namespace: str, opts: KubeOptions) -> tuple[dict, list[dict]]:
-    image = workload.image or opts.default_image
-    if not image:
+def image_of(workload: Workload, opts: KubeOptions) -> str:
+    """The job's image, else its environment's, else the cluster's default."""
+    if workload.image:
+        return workload.image
+    if workload.environment:
+        image = opts.environments.get(workload.environment)
+        if not image:
+            offered = ", ".join(opts.environments) or "none (name an image instead)"
+            raise ValueError(f"the cluster offers no environment {workload.environment!r}; it "
+                             f"offers {offered}")
+        return image
+    if opts.default_environment:
+        return opts.environments[opts.default_environment]
+    if not opts.default_image:
         raise ValueError("no image: set the job's image or the cluster's default_image")
+    return opts.default_image
+
+
+def _workdir_container(workload: Workload, image: str, opts: KubeOptions) -> dict:
+    """The init container that unpacks the working folder into the pod's working directory:
+    it sees of the claim only the archive, read-only."""
+    amounts = {"cpu": cpu_quantity(workload.resources.cpu_cores),
+               "memory": memory_quantity(workload.resources.memory_mib)}
+    return {
+        "name": WORKDIR_CONTAINER,
+        "image": image,
+        "command": ["tar", "-xzf", WORKDIR_ARCHIVE_PATH, "-C", WORKDIR_PATH],
+        # As much as the main container, no GPU: a pod's requests are the larger of the two.
+        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "volumeMounts": [
+            {"name": ARTIFACTS_VOLUME, "mountPath": WORKDIR_ARCHIVE_PATH,
+             "subPath": _workdir_archive(workload, opts), "readOnly": True},
+            {"name": WORKDIR_VOLUME, "mountPath": WORKDIR_PATH},
+        ],
+        "securityContext": container_security_context(),
+    }
+
+
+def _container(workload: Workload, namespace: str, opts: KubeOptions) -> tuple[dict, list[dict]]:
+    image = image_of(workload, opts)
     if not all(isinstance(arg, str) for arg in workload.command):
         raise ValueError("the command must be a list of strings")
     volumes, mounts = _volumes(workload, opts)
@@ -527,7 +601,9 @@ def _container(workload: Workload, namespace: str, opts: KubeOptions) -> tuple[d
     if workload.command:
         # An argv list, run as is: a shell would re-split and expand the job's arguments.
         container["command"] = list(workload.command)
-    if workload.run_dir:
+    if workload.workdir_archive:
+        container["workingDir"] = WORKDIR_PATH
+    elif workload.run_dir:
         container["workingDir"] = workload.run_dir
     container["env"] = _env(workload, namespace, opts)
     container["resources"] = _resources(workload.resources)
@@ -562,6 +638,8 @@ def pod_spec(workload: Workload, namespace: str, opts: KubeOptions) -> dict:
         "containers": [container],
         "volumes": volumes,
     }
+    if workload.workdir_archive:
+        spec["initContainers"] = [_workdir_container(workload, container["image"], opts)]
     if not workload.service:
         spec["subdomain"] = workload.id
     spec.update(_placement(workload))

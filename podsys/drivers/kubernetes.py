@@ -3,13 +3,13 @@ namespace per tenant, through the official `kubernetes` client.
 
 Options (the cluster's driver options; credentials are merged in by `podsys.runtime`):
 `kubeconfig` (YAML text) or `in_cluster: true`, and the manifest settings of
-`kube_manifests.KubeOptions`. The objects' names are the workload id, and every object carries
-the workload label, so launching twice creates nothing new (409 is "already launched") and status
-is one list of pods for the whole cluster. A tenant's namespace is made to hold before anything
-runs in it: its Pod Security labels and its namespace-wide NetworkPolicies are checked (and put
-right) on every launch. Errors the API may recover from (5xx, a refused
-connection) are retried a few times; what remains is a `DriverError` in the cluster's own words,
-never with the credentials in it.
+`kube_manifests.KubeOptions` (among them `environments`, the images jobs may name). The objects'
+names are the workload id, and every object carries the workload label, so launching twice
+creates nothing new (409 is "already launched") and status is one list of pods for the whole
+cluster. A tenant's namespace is made to hold before anything runs in it: its Pod Security
+labels and its namespace-wide NetworkPolicies are checked (and put right) on every launch.
+Errors the API may recover from (5xx, a refused connection) are retried a few times; what
+remains is a `DriverError` in the cluster's own words, never with the credentials in it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from podsys.drivers.base import (
     ClusterDriver,
     ConnectionReport,
     DriverError,
+    EnvironmentInfo,
     NodeInfo,
     Phase,
     ReplicaStatus,
@@ -47,6 +48,7 @@ from podsys.drivers.kube_manifests import (
     namespace_for,
     namespace_labels,
     namespace_object,
+    render_yaml,
     tenant_policies,
     workload_objects,
 )
@@ -243,6 +245,20 @@ class KubernetesDriver(ClusterDriver):
         except ApiException as exc:
             if exc.status != 404:
                 raise DriverError(f"cluster {self.cluster}: {what}: {api_message(exc)}") from None
+
+    def environments(self) -> list[EnvironmentInfo]:
+        """The images the cluster's `environments` option names, the default first."""
+        listed = [EnvironmentInfo(name=name, where=image,
+                                  default=name == self.kube.default_environment)
+                  for name, image in self.kube.environments.items()]
+        return sorted(listed, key=lambda env: not env.default)
+
+    def render(self, workload: Workload) -> str:
+        """The objects launch would create, as multi-document YAML; nothing is sent."""
+        try:
+            return render_yaml(workload_objects(workload, self.kube))
+        except ValueError as exc:
+            raise DriverError(str(exc)) from None
 
     def launch(self, workload: Workload) -> str:
         namespace = self._namespace(workload)

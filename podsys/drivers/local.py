@@ -34,15 +34,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import yaml
 from django.conf import settings
 
-from podsys.drivers import processes, sandbox
+from podsys.drivers import local_environments, processes, sandbox
 from podsys.drivers.base import (
     FEATURE_IMAGES,
     FEATURE_MULTI_NODE,
     FEATURE_SANDBOX,
     ClusterDriver,
     DriverError,
+    EnvironmentInfo,
     NodeInfo,
     Phase,
     ReplicaStatus,
@@ -57,7 +59,9 @@ from podsys.drivers.common import (
     summarize,
     tail_lines,
 )
+from podsys.drivers.local_environments import LocalEnvironment
 from podsys.drivers.local_supervisor import write_exit_code
+from podsys.drivers.workdir_unpack import workdir_unpack
 from podsys.exporter import NodeCollector
 
 SUPERVISOR = "podsys.drivers.local_supervisor"
@@ -92,6 +96,16 @@ BASE_ENV_PREFIXES = ("LC_",)
 # Inside a sandbox these name the sandbox's own user, home and /tmp, not the platform's.
 SANDBOX_OWN_ENV = frozenset((
     "HOME", "USER", "LOGNAME", "TMPDIR", "TEMP", "TMP", "XDG_CACHE_HOME", "HF_HOME",
+))
+
+
+# What a rendered workload shows for a secret's value.
+SECRET_SHOWN_AS = "(secret: set at launch)"
+# What the driver sets for each replica when it starts (see `_replica_env`).
+LAUNCH_ENV_NAMES = frozenset((
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "OGAI_WORKLOAD_ID", "OGAI_RUN_DIR", "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER", "PYTHONUNBUFFERED", "PYTHONPATH", "HOME", "USER", "TMPDIR",
 ))
 
 
@@ -237,8 +251,10 @@ class LocalDriver(ClusterDriver):
     (GPU count to hand out instead of what NVML reports; `gpu_model` names them then),
     `env_passthrough` (more variable names replicas inherit from the driver's environment),
     `bwrap` (the bubblewrap program, default `bwrap`), `readonly_paths` (more folders tenants'
-    sandboxes see read-only, e.g. another Python environment), `gpu_device_dir` (where the
-    GPUs' device files are, default /dev)."""
+    sandboxes see read-only), `gpu_device_dir` (where the GPUs' device files are, default
+    /dev), `environments` (named Python environments jobs may ask for: {name: venv or conda
+    prefix}; `platform`, the platform's own, is always there) and `default_environment` (the
+    one a job that names none runs in; default `platform`)."""
 
     unsupported = {
         FEATURE_MULTI_NODE: "the local driver runs every replica on this machine",
@@ -263,6 +279,8 @@ class LocalDriver(ClusterDriver):
         self.sandbox_refusal = _sandbox_refusal(self.bwrap)
         if self.sandbox_refusal:
             self.unsupported = {**self.unsupported, FEATURE_SANDBOX: self.sandbox_refusal}
+        # A bad option is said now, by name, not at the first launch.
+        local_environments.configured(self.options)
 
     # Paths and state ------------------------------------------------------------------------
 
@@ -324,6 +342,13 @@ class LocalDriver(ClusterDriver):
 
     # Launch ---------------------------------------------------------------------------------
 
+    def environments(self) -> list[EnvironmentInfo]:
+        return list(local_environments.environments(self.options))
+
+    def _environment(self, workload: Workload) -> LocalEnvironment:
+        return local_environments.choose(self.options, workload.environment,
+                                         cluster=self.cluster)
+
     def launch(self, workload: Workload) -> str:
         check_workload_id(workload.id)
         self._validate(workload)
@@ -331,9 +356,10 @@ class LocalDriver(ClusterDriver):
             folder = self._folder(workload.id)
             if (folder / STATE_FILE).exists():
                 return workload.id
+            environment = self._environment(workload)
             self._reap()
             gpus = self._allocate(workload)
-            state = self._prepare(workload, folder, gpus)
+            state = self._prepare(workload, folder, gpus, environment)
             self._add_holder(workload.id, gpus)
             try:
                 for index in range(workload.replicas):
@@ -361,6 +387,9 @@ class LocalDriver(ClusterDriver):
                 f"workload {workload.id} is placed on {', '.join(elsewhere)}, "
                 f"but this local cluster is only node {self.node_name}"
             )
+        if workload.workdir_archive and not Path(workload.workdir_archive).is_file():
+            raise DriverError(f"workload {workload.id}: its working folder's archive "
+                              f"{workload.workdir_archive} is missing")
 
     def _allocate(self, workload: Workload) -> list[list[int]]:
         """GPU indices for each replica, from those no running workload holds."""
@@ -433,9 +462,10 @@ class LocalDriver(ClusterDriver):
             "OGAI_SINGLE_TENANT=true to run it unconfined"
         )
 
-    def _prepare(self, workload: Workload, folder: Path, gpus: list[list[int]]) -> dict[str, Any]:
+    def _prepare(self, workload: Workload, folder: Path, gpus: list[list[int]],
+                 environment: LocalEnvironment) -> dict[str, Any]:
         confined = self._confined(workload)
-        cwd = Path(workload.run_dir) if workload.run_dir else folder / "run"
+        cwd = self._cwd(workload, folder)
         try:
             # The workload's state, logs and exit codes are the platform's alone.
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -443,6 +473,7 @@ class LocalDriver(ClusterDriver):
             cwd.mkdir(parents=True, exist_ok=True)
             if workload.checkpoint_dir:
                 Path(workload.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            self._unpack(workload, cwd, uid=workload.run_as if confined else None)
             if confined:
                 self._hand_over(workload, folder, cwd)
         except OSError as exc:
@@ -458,6 +489,7 @@ class LocalDriver(ClusterDriver):
             "started_at": time.time(),
             "sandbox": {"uid": workload.run_as, "user": _sandbox_user(workload.tenant)}
             if confined else None,
+            "environment": {"name": environment.name, "where": environment.where},
             "replicas": [
                 {"index": i, "gpus": gpus[i], "pid": None, "start_time": None}
                 for i in range(workload.replicas)
@@ -467,6 +499,26 @@ class LocalDriver(ClusterDriver):
         # reports its replicas as vanished, never one that is silently lost.
         write_json(folder / STATE_FILE, state)
         return state
+
+    def _cwd(self, workload: Workload, folder: Path) -> Path:
+        return Path(workload.run_dir) if workload.run_dir else folder / "run"
+
+    def _unpack(self, workload: Workload, cwd: Path, *, uid: int | None) -> None:
+        """The job's working folder, unpacked into its run folder before any replica starts
+        (each attempt has a run folder of its own, so a retry starts from the archive again),
+        and the tenant's user's where its replicas run as that user."""
+        if not workload.workdir_archive:
+            return
+        try:
+            workdir_unpack(workload.workdir_archive, cwd)
+        except Exception as exc:  # a damaged archive, a refused member, a full disk
+            raise DriverError(f"workload {workload.id}: could not unpack its working folder "
+                              f"{workload.workdir_archive}: {exc}") from exc
+        if uid is None:
+            return
+        for place, dirs, files in os.walk(cwd):
+            for name in (*dirs, *files):
+                os.chown(os.path.join(place, name), uid, uid, follow_symlinks=False)
 
     def _hand_over(self, workload: Workload, folder: Path, cwd: Path) -> None:
         """The folders the tenant writes become its user's; its sandbox's /etc/passwd and
@@ -485,9 +537,7 @@ class LocalDriver(ClusterDriver):
                  index: int) -> sandbox.Sandbox:
         uid = int(state["sandbox"]["uid"])
         box = sandbox.Sandbox(uid=uid, cwd=state["cwd"])
-        box.system = sandbox.readonly_paths(
-            workload.command, hidden=(Path(settings.DATA_DIR), self.root),
-            extra=self.options.get("readonly_paths", ()))
+        box.system = self._readonly(workload, state["environment"]["where"])
         box.files = {"/etc/passwd": str(folder / "passwd"), "/etc/group": str(folder / "group")}
         gpus = self._gpus()
         minors = [gpus.minors[i] if i < len(gpus.minors) else i
@@ -503,6 +553,14 @@ class LocalDriver(ClusterDriver):
             box.close()
             raise
         return box
+
+    def _readonly(self, workload: Workload, prefix: str) -> list[str]:
+        """What the sandbox shows read-only: the system, the platform, the operator's extra
+        folders and the workload's Python environment (a venv's base installation with it)."""
+        home = sandbox.venv_home(prefix)
+        extra = [*self.options.get("readonly_paths", ()), prefix, *([home] if home else [])]
+        return sandbox.readonly_paths(workload.command,
+                                      hidden=(Path(settings.DATA_DIR), self.root), extra=extra)
 
     def _start_replica(self, workload: Workload, folder: Path, state: dict, index: int) -> None:
         replica = state["replicas"][index]
@@ -561,6 +619,9 @@ class LocalDriver(ClusterDriver):
             env = {key: value for key, value in env.items() if key not in SANDBOX_OWN_ENV}
             env.update({"HOME": state["cwd"], "USER": confined["user"],
                         "LOGNAME": confined["user"], "TMPDIR": "/tmp"})  # noqa: S108
+        chosen = state.get("environment")
+        if chosen:
+            env = local_environments.activate(env, LocalEnvironment(**chosen))
         env["PYTHONUNBUFFERED"] = "1"  # so logs stream while the job runs; a job may override
         env.update(workload.env)
         env.update(workload.secret_env)
@@ -592,6 +653,67 @@ class LocalDriver(ClusterDriver):
         if workload.checkpoint_dir:
             env["OGAI_CHECKPOINT_DIR"] = workload.checkpoint_dir
         return env
+
+    # Render ---------------------------------------------------------------------------------
+
+    def render(self, workload: Workload) -> str:
+        """What launching the workload would run here, as YAML a person reads: its
+        environment, command, working folder, environment variables (secrets by name only),
+        resources and sandbox. Starts nothing and writes nothing."""
+        check_workload_id(workload.id)
+        self._validate(workload)
+        environment = self._environment(workload)
+        folder = self._folder(workload.id)
+        cwd = self._cwd(workload, folder)
+        env = local_environments.activate(
+            {"PATH": self._base_env().get("PATH", os.defpath)}, environment)
+        env.update(workload.env)
+        env.update(dict.fromkeys(workload.secret_env, SECRET_SHOWN_AS))
+        gpus = self._gpus()
+        text: dict[str, Any] = {
+            "cluster": self.cluster,
+            "workload": workload.id,
+            "node": self.node_name,
+            "environment": {"name": environment.name, "prefix": environment.where,
+                            "python": environment.python,
+                            "torch": environment.torch or "not installed"},
+            "command": list(workload.command),
+            "run_folder": str(cwd),
+            "working_folder": _working_folder(workload, cwd),
+            "replicas": workload.replicas,
+            "resources": {"cpu_cores": workload.resources.cpu_cores,
+                          "memory_mib": workload.resources.memory_mib,
+                          "gpus": workload.resources.gpus},
+            "gpus": {"per_replica": workload.resources.gpus,
+                     "node_has": gpus.devices, "model": gpus.model or None,
+                     "handed_out": "at launch, from those free then, as CUDA_VISIBLE_DEVICES"},
+            "env": dict(sorted(env.items())),
+            "env_set_at_launch": sorted(LAUNCH_ENV_NAMES),
+            "sandbox": self._render_sandbox(workload, environment, cwd),
+        }
+        if workload.checkpoint_dir:
+            text["checkpoint_folder"] = workload.checkpoint_dir
+        return yaml.safe_dump(text, sort_keys=False, default_flow_style=False)
+
+    def _render_sandbox(self, workload: Workload, environment: LocalEnvironment,
+                        cwd: Path) -> dict[str, Any]:
+        if not self._confined(workload):  # DriverError where it would be refused
+            why = "the platform's own work" if not workload.tenant else \
+                "OGAI_SINGLE_TENANT: this platform serves one tenant"
+            return {"confined": False, "why": why}
+        try:
+            readonly = self._readonly(workload, environment.where)
+        except sandbox.SandboxError as exc:
+            raise DriverError(f"workload {workload.id}: {exc}") from None
+        writable = [str(cwd), *([workload.checkpoint_dir] if workload.checkpoint_dir else []),
+                    *(m.path for m in workload.data_mounts if not m.read_only)]
+        return {
+            "confined": True,
+            "uid": workload.run_as,
+            "user": _sandbox_user(workload.tenant),
+            "read_write": list(dict.fromkeys(writable)),
+            "read_only": [*readonly, *(m.path for m in workload.data_mounts if m.read_only)],
+        }
 
     # Status ---------------------------------------------------------------------------------
 
@@ -754,6 +876,15 @@ class LocalDriver(ClusterDriver):
         if node != self.node_name:
             return None
         return self._metrics.exposition()
+
+
+def _working_folder(workload: Workload, cwd: Path) -> dict[str, Any] | None:
+    if not workload.workdir_archive:
+        return None
+    archive = Path(workload.workdir_archive)
+    # Archives are named by their content's sha256.
+    sha256 = archive.name.removesuffix(".tar.gz")
+    return {"archive": str(archive), "sha256": sha256, "unpacked_into": str(cwd)}
 
 
 def _read_exit(path: Path) -> int | None:

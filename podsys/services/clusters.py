@@ -14,6 +14,7 @@ from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
 from podsys.choices import CordonSource, NodeHealth
+from podsys.drivers import local_environments
 from podsys.drivers.base import ConnectionReport, DriverError
 from podsys.drivers.kube_manifests import KubeOptions
 from podsys.health import NODE_LABEL_PREFIX
@@ -76,6 +77,11 @@ def cluster_create(
         name=name, driver=driver, options=options, display_name=display_name, tenant=tenant
     )
     cluster.full_clean()
+    if driver == "local":
+        try:  # its named environments, checked now rather than at the first job
+            local_environments.configured(options)
+        except DriverError as exc:
+            raise ValidationError({"options": str(exc)}) from None
     cluster.credentials = _check_credentials(driver, options, kubeconfig)
     cluster.save()
     audit_record(

@@ -588,3 +588,67 @@ def test_a_workload_reaches_its_gang_and_a_service_takes_only_the_platform():
 def test_bad_security_options_are_refused_by_name(options, message):
     with pytest.raises(ValueError, match=message):
         KubeOptions.from_options(options)
+
+
+# The working folder and named environments --------------------------------------------------
+
+ARCHIVE = "/srv/ogai/workdirs/3/" + "c" * 64 + ".tar.gz"
+
+
+def test_the_working_folder_is_unpacked_by_an_init_container_that_sees_only_its_archive():
+    wl = every_kind_of_workload(workdir_archive=ARCHIVE)["batch"]
+    objs = objects(wl, **CLAIM)
+    pod = pod_of(objs)
+    (init,) = pod["initContainers"]
+    (main,) = pod["containers"]
+    assert init["image"] == main["image"] == "registry.local/train:1"
+    assert init["command"] == ["tar", "-xzf", "/ogai/workdir.tar.gz", "-C", "/ogai/workdir"]
+    claim = [m for m in init["volumeMounts"] if m["name"] == "ogai-artifacts"]
+    # Of the shared claim, exactly the job's archive, read-only.
+    assert claim == [{"name": "ogai-artifacts", "mountPath": "/ogai/workdir.tar.gz",
+                      "subPath": "workdirs/3/" + "c" * 64 + ".tar.gz", "readOnly": True}]
+    workdir = {"name": "ogai-workdir", "mountPath": "/ogai/workdir"}
+    assert workdir in init["volumeMounts"] and workdir in main["volumeMounts"]
+    assert {"name": "ogai-workdir", "emptyDir": {}} in pod["volumes"]
+    assert main["workingDir"] == "/ogai/workdir"
+    assert not any(m.get("subPath", "").startswith("workdirs") for m in main["volumeMounts"])
+    assert init["securityContext"] == main["securityContext"]
+    assert "nvidia.com/gpu" not in init["resources"]["limits"]
+    assert pod_security.violations(pod, "restricted") == []
+    check_object({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod})
+    for obj in yaml.safe_load_all(render_yaml(objs)):  # as `ogai job render` prints it
+        check_object(obj)
+
+
+def test_a_working_folder_needs_the_artifacts_claim_and_its_archive_inside_it():
+    with pytest.raises(ValueError, match="set the cluster's 'artifacts_claim'"):
+        workload_objects(workload(workdir_archive=ARCHIVE), KubeOptions())
+    with pytest.raises(ValueError, match="not inside the cluster's data_dir"):
+        workload_objects(workload(workdir_archive="/etc/shadow"), KubeOptions(**CLAIM))
+
+
+def test_an_environment_names_the_image_when_the_job_names_none():
+    opts = {"environments": {"torch": "registry.local/torch:2.13", "vllm": "vllm/vllm:0.33"},
+            "default_environment": "torch"}
+    image = lambda wl: pod_of(objects(wl, **opts))["containers"][0]["image"]  # noqa: E731
+    assert image(workload(image="", environment="vllm")) == "vllm/vllm:0.33"
+    assert image(workload(image="")) == "registry.local/torch:2.13"  # the default
+    assert image(workload(environment="vllm")) == "registry.local/train:1"  # its own image wins
+    with pytest.raises(ValueError, match=r"offers no environment 'cu12'; it offers torch, vllm"):
+        workload_objects(workload(image="", environment="cu12"), KubeOptions(**opts))
+    with pytest.raises(ValueError, match="'default_environment' 'cu12' is none of"):
+        KubeOptions(environments={"torch": "t:1"}, default_environment="cu12")
+
+
+def test_the_kubernetes_driver_lists_its_environments_and_renders_without_a_cluster():
+    from podsys.drivers.kubernetes import KubernetesDriver
+
+    driver = KubernetesDriver(cluster="k", options={
+        "environments": {"torch": "registry.local/torch:2.13", "vllm": "vllm/vllm:0.33"},
+        "default_environment": "vllm", "kubeconfig": "not: a cluster"})
+    assert [(e.name, e.where, e.default) for e in driver.environments()] == [
+        ("vllm", "vllm/vllm:0.33", True), ("torch", "registry.local/torch:2.13", False)]
+    rendered = list(yaml.safe_load_all(driver.render(workload(image=""))))
+    assert pod_of(rendered)["containers"][0]["image"] == "vllm/vllm:0.33"
+    with pytest.raises(DriverError, match="offers no environment 'cu12'"):
+        driver.render(workload(image="", environment="cu12"))
