@@ -38,6 +38,25 @@ def attempt_record_usage(attempt: Attempt, ended_at: datetime) -> None:
     )
 
 
+def attempt_requeue(attempt: Attempt, *, now: datetime, why: str, queued_reason: str) -> bool:
+    """End a live attempt as PREEMPTED (`why`), as the platform's own doing rather than a
+    failure, and queue its job again with `queued_reason`, keeping its restarts. The caller holds
+    both rows locked (the attempt's `job` the locked one). False when the job was cancelled
+    meanwhile: nothing to queue again."""
+    job = attempt.job
+    attempt.state, attempt.finished_at, attempt.reason = AttemptState.PREEMPTED, now, why
+    attempt.save(update_fields=["state", "finished_at", "reason"])
+    attempt_record_usage(attempt, now)
+    if job.state not in (JobState.ADMITTED, JobState.RUNNING):
+        return False
+    if attempt.started_at:
+        job.attained_gpu_s += job.gpus * (now - attempt.started_at).total_seconds()
+    job.placement, job.borrowed, job.queued_at = [], False, now
+    job_transition(job, JobState.PREEMPTED, why, attempt=attempt)
+    job_transition(job, JobState.QUEUED, queued_reason)
+    return True
+
+
 def attempts_launch(cluster: Cluster, attempts: list[Attempt]) -> None:
     """Launch through the driver, then record who runs. Launch is idempotent, so calling this
     again for the same attempts (reconcile after a crash) starts nothing twice."""

@@ -8,10 +8,9 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from aistation.choices import LIVE_ATTEMPT_STATES, AttemptState, JobState
+from aistation.choices import LIVE_ATTEMPT_STATES
 from aistation.models import Attempt, Job
-from aistation.services.attempts import attempt_record_usage, attempts_stop
-from aistation.services.transitions import job_transition
+from aistation.services.attempts import attempt_requeue, attempts_stop
 from aistation.triggers import request_cycle
 from podsys.drivers.base import DriverError, Phase
 from podsys.models import Cluster, Node
@@ -58,19 +57,10 @@ def jobs_move_off_node(*, node_id: int, reason: str) -> list[int]:
         for attempt in candidates:
             job = Job.objects.select_for_update().select_related("tenant").get(pk=attempt.job_id)
             attempt.job = job
-            attempt.state, attempt.finished_at, attempt.reason = AttemptState.PREEMPTED, now, why
-            attempt.save(update_fields=["state", "finished_at", "reason"])
-            attempt_record_usage(attempt, now)
             stopped.append(attempt)
-            if job.state not in (JobState.ADMITTED, JobState.RUNNING):
-                continue  # cancelled meanwhile: nothing to queue again
-            if attempt.started_at:
-                job.attained_gpu_s += job.gpus * (now - attempt.started_at).total_seconds()
-            job.placement, job.borrowed, job.queued_at = [], False, now
-            job_transition(job, JobState.PREEMPTED, why, attempt=attempt)
-            job_transition(job, JobState.QUEUED,
-                           "back in its queue while the node is out of service")
-            moved.append(job.pk)
+            if attempt_requeue(attempt, now=now, why=why,
+                               queued_reason="back in its queue while the node is out of service"):
+                moved.append(job.pk)
         if moved:
             request_cycle(node.cluster_id)
     # After the commit, as a preemption does: if a stop is lost, reconcile stops it again.

@@ -12,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from django.db import transaction
 from django.utils import timezone
 
-from aistation.choices import LIVE_ATTEMPT_STATES, AttemptState, JobState
+from aistation.choices import LIVE_ATTEMPT_STATES
 from aistation.models import Attempt, Job
-from aistation.services.attempts import attempt_record_usage, attempts_stop
-from aistation.services.transitions import job_transition
+from aistation.services.attempts import attempt_requeue, attempts_stop
 from infra_os.services.audit import audit_record
 from podsys.models import Cluster
 from podsys.runtime import local_clusters
@@ -47,18 +46,9 @@ def local_work_stop(*, reason: str = PLATFORM_STOPPED) -> list[int]:
                 job = Job.objects.select_for_update().select_related("tenant") \
                     .get(pk=attempt.job_id)
                 attempt.job = job
-                attempt.state, attempt.finished_at, attempt.reason = \
-                    AttemptState.PREEMPTED, now, reason
-                attempt.save(update_fields=["state", "finished_at", "reason"])
-                attempt_record_usage(attempt, now)
                 stopped.append((cluster, attempt))
-                if job.state not in (JobState.ADMITTED, JobState.RUNNING):
-                    continue  # cancelled meanwhile: nothing to queue again
-                if attempt.started_at:
-                    job.attained_gpu_s += job.gpus * (now - attempt.started_at).total_seconds()
-                job.placement, job.borrowed, job.queued_at = [], False, now
-                job_transition(job, JobState.PREEMPTED, reason, attempt=attempt)
-                job_transition(job, JobState.QUEUED, reason)
+                if not attempt_requeue(attempt, now=now, why=reason, queued_reason=reason):
+                    continue
                 audit_record(actor=None, action="job.requeue", obj=job, tenant=job.tenant,
                              changes={"reason": reason, "attempt": attempt.number})
                 queued.append(job.pk)
