@@ -148,6 +148,8 @@ def _kind(mode: int) -> str:
 class _Walk:
     entries: list[Entry] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
+    # Links to files inside the folder, kept only if their target is: (entry, link text).
+    links: list[tuple[Entry, str]] = field(default_factory=list)
     unpacked: int = 0
     by_top: dict[str, int] = field(default_factory=dict)  # bytes per top-level entry
 
@@ -210,6 +212,7 @@ def collect(folder: str | os.PathLike, *, max_bytes: int | None = None) -> _Walk
                 raise WorkdirError(f"cannot read {shown}{path}: {exc.strerror or exc}; list it "
                                    f"in {OGAIIGNORE} if the job need not have it") from None
         pending.extend(subfolders)
+    _keep_links(walk)
     # Archive order: names sorted, each folder right before its contents.
     walk.entries.sort(key=lambda entry: entry.path.split("/"))
     if max_bytes is not None and walk.unpacked > max_bytes:
@@ -242,8 +245,22 @@ def _add_link(walk: _Walk, child: os.DirEntry, path: str, real_root: str, git: _
         if not stat.S_ISREG(info.st_mode):
             walk.left_out.append(f"{path} -> {target} ({_kind(info.st_mode)})")
             return
-        walk.add_file(Entry(path=path, source=resolved, size=info.st_size,
-                            executable=bool(info.st_mode & 0o111)))
+        walk.links.append((Entry(path=path, source=resolved, size=info.st_size,
+                                 executable=bool(info.st_mode & 0o111)), target))
+
+
+def _keep_links(walk: _Walk) -> None:
+    """A link ships as its target's content only where the target itself ships: a link must not
+    carry out a file the ignore rules keep home (`alias.env -> secret.env`)."""
+    if not walk.links:
+        return
+    kept = {os.path.realpath(entry.source) for entry in walk.entries if entry.source}
+    for entry, target in walk.links:
+        if entry.source in kept:
+            walk.add_file(entry)
+        else:
+            walk.left_out.append(f"{entry.path} -> {target} (a link to a file the ignore "
+                                 "rules leave out)")
 
 
 class _HashingWriter:

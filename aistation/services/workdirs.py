@@ -36,9 +36,15 @@ def workdir_max_bytes() -> int:
     return settings.OGAI_WORKDIR_MAX_MB * 2**20
 
 
+# What a multipart request carries besides the archive (boundaries, headers, the other
+# fields): a request this much over the limit may still hold an archive within it, which the
+# exact check while it is read then measures.
+FORM_OVERHEAD_BYTES = 64 * 1024
+
+
 def check_workdir_size(size: int | None) -> None:
-    """Refuse an upload by its declared size before any of it is read."""
-    if size is not None and size > workdir_max_bytes():
+    """Refuse an upload by its declared size (a whole request's) before any of it is read."""
+    if size is not None and size > workdir_max_bytes() + FORM_OVERHEAD_BYTES:
         raise ValidationError({"archive": str(too_large(
             f"The upload ({size / 2**20:.1f} MiB)", workdir_max_bytes()))})
 

@@ -171,6 +171,21 @@ def test_an_archive_past_the_limit_is_refused_naming_the_limit_and_its_setting(
     assert staged(data_dir) == []
 
 
+def test_an_archive_just_within_the_limit_is_taken_though_its_request_is_over_it(
+        api, world, settings, data_dir):
+    settings.OGAI_WORKDIR_MAX_MB = 1
+    # Random bytes do not compress: the archive is its file and a little more, and the
+    # file is sized so the archive ends 100 bytes short of the limit.
+    size = 2**20 - 4096
+    for _ in range(3):
+        data = tar_gz({"weights.bin": os.urandom(size)})
+        size += 2**20 - 100 - len(data)
+    assert 2**20 - 200 < len(data) <= 2**20
+    response = upload(api.as_user(world.alpha_member), data)
+    assert response.status_code == 201, response.content
+    assert int(response.wsgi_request.META["CONTENT_LENGTH"]) > 2**20
+
+
 def test_the_service_stops_reading_at_the_limit(world, settings, data_dir):
     """Whatever size was declared (a stream has none), reading stops past the limit."""
     settings.OGAI_WORKDIR_MAX_MB = 1

@@ -154,6 +154,26 @@ def test_links_inside_are_stored_as_content_others_are_left_out(tmp_path):
             assert member.isfile() and tar.extractfile(member).read() == b"lr: 1\n"
 
 
+def test_a_link_does_not_carry_out_a_file_the_ignore_rules_leave_out(tmp_path):
+    folder = make(tmp_path / "project", {"train.py": "print(1)\n", "secret.env": "KEY=1\n",
+                                         ".gitignore": "secret.env\n",
+                                         "sub/.ogaiignore": "local.yaml\n",
+                                         "sub/local.yaml": "token: x\n"})
+    (folder / "alias.env").symlink_to("secret.env")
+    (folder / "conf.yaml").symlink_to("sub/local.yaml")
+    (folder / "git-config").symlink_to(".git/config")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "config").write_text("[remote]\n")
+    with build_archive(folder) as archive:
+        assert [f["path"] for f in archive.files] == [".gitignore", "sub/.ogaiignore",
+                                                       "train.py"]
+        assert archive.left_out == [
+            "alias.env -> secret.env (a link to a file the ignore rules leave out)",
+            "conf.yaml -> sub/local.yaml (a link to a file the ignore rules leave out)",
+            "git-config -> .git/config (a link to a file the ignore rules leave out)",
+        ]
+
+
 def test_over_the_limit_stops_before_reading_anything(tmp_path, monkeypatch):
     folder = make(tmp_path / "project", {"train.py": "x" * 1000,
                                          "data/a.bin": b"\0" * (3 * MIB),
