@@ -357,12 +357,9 @@ class NotebookStartForm(forms.Form):
     memory_mib = forms.IntegerField(label="Memory (MiB)", min_value=1,
                                     max_value=16 * 1024 * 1024, initial=4096)
 
-    def __init__(self, *args, queues, workdirs, **kwargs):
+    def __init__(self, *args, queues, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["queue"].queryset = queues
-        self.fields["workdir"].queryset = workdirs
-        self.fields["workdir_archive"].help_text += (
-            f" At most {settings.OGAI_WORKDIR_MAX_MB} MiB (OGAI_WORKDIR_MAX_MB).")
         self.fields["queue"].label_from_instance = lambda queue: (
             f"{queue.name} (cluster {queue.cluster.name})"
         )

@@ -274,7 +274,7 @@ class _Cycle:
         # priority for which placing, reclaiming and preempting all failed, and preemption
         # searches that found nothing. They stay true while capacity only shrinks and usage only
         # grows, so they are forgotten when a preemption leaves more room or quota than before.
-        self._capacity_texts: dict[int, str] = {}
+        self._capacity_texts: dict[tuple[int, str], str] = {}
         self.version = 0  # counts starts, preemptions and reservations: changes of state
         self._full: set[CapKey] = set()
         self._hopeless: dict[tuple[str, int], int] = {}
@@ -936,8 +936,9 @@ class _Cycle:
         append = waits.append
         outcome, queue_of = self.outcome, self.queue_of
         wait_text, wait_cap, never_fits = self.wait_text, self.wait_cap, self.never_fits
-        plain: list[str | None] = [None] * len(self.shape_list)  # "waiting: no room…", by shape
-        worded: dict[tuple[str, int], str] = {}  # a borrower's reason and no room, by both
+        # "waiting: no room…" by shape and tenant (a wait names only its own tenant's work).
+        plain: dict[tuple[int, str], str] = {}
+        worded: dict[tuple[str, int, str], str] = {}  # a borrower's reason and no room, by all
         for queue in self.queues.values():
             queue.position = 0
         for run in self.runs:
@@ -952,27 +953,31 @@ class _Cycle:
                     # "" is not reached: every path decides; say so if one did not.
                     text = wait_text[i] or "waiting: not considered in this cycle"
                 elif not wait_text[i]:
-                    text = plain[cap] or ""
+                    tenant = self.pending[i].tenant
+                    text = plain.get((cap, tenant), "")
                     if not text:
-                        text = plain[cap] = reasons.waiting(self._capacity_text(cap))
+                        text = plain[cap, tenant] = reasons.waiting(
+                            self._capacity_text(cap, tenant))
                 else:
-                    key = (wait_text[i], cap)
+                    key = (wait_text[i], cap, self.pending[i].tenant)
                     text = worded.get(key, "")
                     if not text:
-                        text = worded[key] = reasons.no_borrow(key[0], self._capacity_text(cap))
+                        text = worded[key] = reasons.no_borrow(
+                            key[0], self._capacity_text(cap, key[2]))
                 append(Wait(k[4], text, position, never_fits[i]))
         return waits
 
-    def _capacity_text(self, shape_id: int) -> str:
+    def _capacity_text(self, shape_id: int, tenant: str) -> str:
         """Why no room for this shape, in the cycle's final state (borrowers and jobs without
-        model limits see every node of their model, so no model filter applies here)."""
-        known = self._capacity_texts.get(shape_id)
+        model limits see every node of their model, so no model filter applies here), as
+        `tenant` reads it."""
+        known = self._capacity_texts.get((shape_id, tenant))
         if known is None:
-            known = self._word_capacity(self.shape_list[shape_id])
-            self._capacity_texts[shape_id] = known
+            known = self._word_capacity(self.shape_list[shape_id], tenant)
+            self._capacity_texts[shape_id, tenant] = known
         return known
 
-    def _word_capacity(self, shape: Shape) -> str:
+    def _word_capacity(self, shape: Shape, tenant: str) -> str:
         model, g, r = shape[0], shape[1], shape[2]
         cluster = self.cluster
         node, looked_at = cluster.closest(shape) if r == 1 else (-1, cluster.count_looked_at(shape))
@@ -981,7 +986,7 @@ class _Cycle:
         elif r == 1:
             short = cluster.short_on(node, shape)
             if short:
-                held = self._holders([node], short[0][0])
+                held = self._holders([node], short[0][0], tenant)
                 body = reasons.no_room_on_node(model, short, cluster.names[node], looked_at,
                                                held)
             else:  # a preemption after it was looked at left room
@@ -993,7 +998,7 @@ class _Cycle:
                 scarce, fits = cluster.gang_short(nodes, shape)
                 what = {reasons.CPU: shape[3], reasons.MEMORY: shape[4]}
                 short = [(s, what[s], 0.0) for s in scarce]
-                held = self._holders(nodes, scarce[0]) if scarce else []
+                held = self._holders(nodes, scarce[0], tenant) if scarce else []
                 body = reasons.no_room_gang_resources(r, short, fits, len(nodes), held, model)
             elif 2 * g > cluster.max_gpus(model):
                 body = reasons.no_room_whole_nodes(r, g, room)
@@ -1005,9 +1010,11 @@ class _Cycle:
                 break
         return body
 
-    def _holders(self, nodes: Sequence[int], what: str) -> list[reasons.Holder]:
+    def _holders(self, nodes: Sequence[int], what: str, tenant: str) -> list[reasons.Holder]:
         """The work holding `what` (a resource of `reasons`) on these nodes at the cycle's end,
-        the biggest holder first: running jobs not preempted, and the jobs started in it."""
+        the biggest holder first: running jobs not preempted, and the jobs started in it.
+        Only `tenant`'s own work is named; other tenants' is one holder that names none of it
+        (a wait is shown to the waiting job's tenant, and clusters are shared)."""
         on_node = self._work_on_nodes()
         # By name: a deployment's replicas are one holder. Ties go to the oldest job.
         held: dict[str, list[float]] = {}
@@ -1017,7 +1024,9 @@ class _Cycle:
                                   job.cpu_per_replica if what == reasons.CPU else
                                   job.memory_mib_per_replica)
                 if amount > 0:
-                    entry = held.setdefault(job.display or f"job {job.id}", [0.0, job.id])
+                    name = (job.display or f"job {job.id}") if job.tenant == tenant \
+                        else reasons.OTHER_TENANTS
+                    entry = held.setdefault(name, [0.0, job.id])
                     entry[0] += amount
                     entry[1] = min(entry[1], job.id)
         ranked = sorted(held.items(), key=lambda item: (-item[1][0], item[1][1]))

@@ -109,6 +109,8 @@ Short = tuple[str, float, float]
 # A job holding some of the scarce resource where the wait looked: (display name, amount).
 Holder = tuple[str, float]
 SHOWN_HOLDERS = 3
+# The holder that stands for all other tenants' work: their jobs' names are theirs alone.
+OTHER_TENANTS = "other tenants' work"
 
 
 def _asked(what: str, value: float, model: str) -> str:

@@ -18,7 +18,7 @@ from infra_os.choices import WRITE_ROLES
 from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
-from podsys.drivers.base import FEATURE_SANDBOX, DataMount, DriverError
+from podsys.drivers.base import FEATURE_SANDBOX, FEATURE_WORKDIR, DataMount, DriverError
 from podsys.drivers.common import describe_environments, environment_summary
 from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_refresh_capacity
@@ -72,6 +72,22 @@ def _check_sandbox(queue: Queue) -> None:
         raise ValidationError({"queue": (
             f"Cluster {queue.cluster.name} runs no tenant's work: it cannot sandbox it "
             f"({driver.unsupported[FEATURE_SANDBOX]}).")})
+
+
+def _check_workdir(queue: Queue, workdir: Workdir | None) -> None:
+    """Refuse at once a working folder the queue's cluster cannot hand its pods (rather than
+    fail every attempt at launch: `ogai job submit` ships the spec's folder by default)."""
+    if workdir is None:
+        return
+    try:
+        driver = driver_for(queue.cluster)
+    except DriverError:
+        return  # a broken cluster says so when the job is launched
+    if not driver.supports(FEATURE_WORKDIR):
+        raise ValidationError({"workdir": (
+            f"Cluster {queue.cluster.name} cannot ship a working folder with a job "
+            f"({driver.unsupported[FEATURE_WORKDIR]}); submit without one "
+            "(`--no-workdir`, `workdir: false`) and put the code in the image.")})
 
 
 def _check_environment(queue: Queue, environment: str) -> None:
@@ -161,6 +177,7 @@ def job_submit(
                 memory_mib=memory_mib_per_replica, replicas=replicas)
     _check_sandbox(queue)
     _check_environment(queue, environment)
+    _check_workdir(queue, workdir)
     now = timezone.now()
     job = Job(
         tenant=tenant, queue=queue, cluster=queue.cluster, owner=actor, name=name,

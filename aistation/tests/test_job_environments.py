@@ -135,3 +135,32 @@ def test_a_local_cluster_with_bad_environments_is_refused_at_registration(world)
                        options={"environments": {"torch": "relative/env"}})
     assert "'torch' must be an absolute folder" in info.value.message_dict["options"][0]
     assert not Cluster.objects.filter(name="bad").exists()
+
+
+def test_a_working_folder_is_refused_at_submission_where_the_pods_cannot_get_it(world,
+                                                                                settings):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from aistation.services.workdirs import workdir_upload
+    from aistation.tests.archives import TRAIN, tar_gz
+
+    cluster = Cluster.objects.create(name="kube", driver="kubernetes",
+                                     options={"default_image": "python:3.11"})
+    Node.objects.create(cluster=cluster, name="gpu-0", gpus=8, cpu_cores=64, memory_mib=65536)
+    cluster_refresh_capacity(cluster=cluster)
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="kube", cluster=cluster)
+    workdir, _ = workdir_upload(actor=world.alpha_member, tenant=world.alpha,
+                                archive=SimpleUploadedFile("f.tar.gz", tar_gz(TRAIN)))
+    # No artifacts volume: the init container would have no archive to unpack; every attempt
+    # would fail at launch.
+    with pytest.raises(ValidationError) as info:
+        submit(world, queue, workdir=workdir)
+    [message] = info.value.message_dict["workdir"]
+    assert "Cluster kube cannot ship a working folder" in message and "artifacts_claim" in message
+    assert submit(world, queue).workdir is None, "without a working folder it is taken"
+    cluster.options = {**cluster.options, "artifacts_claim": "ogai-data",
+                       "data_dir": str(settings.DATA_DIR)}
+    cluster.save(update_fields=["options"])
+    job = submit(world, queue, workdir=workdir)
+    pod = list(yaml.safe_load_all(job_manifests(job=job)))[-1]["spec"]["template"]["spec"]
+    assert pod["initContainers"][0]["name"] == "ogai-workdir"

@@ -287,8 +287,8 @@ def test_every_pending_job_gets_exactly_one_decision_with_words():
     assert r.reason(11) == (
         "waiting: tenant quota 4/8 GPUs in use, job needs 8; no idle capacity to borrow: "
         "8 GPUs asked, 2 free on node node-1, the closest of 2 nodes looked at (job 10 holds 4, "
-        "job 14 holds 2)"
-    )
+        "other tenants' work holds 2)"
+    ), "tenant b's job 14 is not named to tenant a"
     assert r.waits[12].never_fits
     assert r.reason(13) == "waiting: retry backoff, 30 s left"
     assert r.starts[10].reason == "admitted: tenant quota 4/8 GPUs"
@@ -506,7 +506,8 @@ def test_never_preempts_another_tenants_work_within_its_quota():
         )
     )
     assert not r.preempted
-    assert r.reason(2) == "waiting: 8 GPUs asked, 0 free on node node-1 (job 1 holds 8)"
+    assert r.reason(2) == (
+        "waiting: 8 GPUs asked, 0 free on node node-1 (other tenants' work holds 8)")
 
 
 def test_preempts_own_work_to_get_back_within_its_quota():
@@ -762,7 +763,8 @@ def _head_of_line(policy: str) -> Result:
 def test_fifo_is_strict_the_head_blocks_its_queue():
     r = _head_of_line("fifo")
     assert not r.starts
-    assert r.reason(2) == "waiting: 8 GPUs asked, 4 free on node node-1 (job 1 holds 4)"
+    assert r.reason(2) == (
+        "waiting: 8 GPUs asked, 4 free on node node-1 (other tenants' work holds 4)")
     assert r.reason(3) == "waiting: behind job 2 in a fifo queue"
     assert [r.waits[i].position for i in (2, 3, 4)] == [1, 2, 3]
 

@@ -363,5 +363,5 @@ def test_a_job_of_any_model_kept_off_a_full_model_limit_says_so():
     )
     assert r.reason(3) == (
         "waiting: the tenant's GPU model limits are in use (H100); no idle capacity to borrow: "
-        "2 GPUs asked, 0 free on node h-1 (job 1 holds 4, job 2 holds 4)"
+        "2 GPUs asked, 0 free on node h-1 (job 1 holds 4, other tenants' work holds 4)"
     )

@@ -139,3 +139,22 @@ def test_a_cpu_job_too_big_for_any_node_never_fits_without_a_word_of_gpus():
     r = decide(snapshot([cpu_node(cores=2)], pending=[job(1, gpus=0, cpu_per_replica=4)]))
     assert r.waits[1].never_fits
     assert r.reason(1) == "never fits: no node has 4 CPU cores and 1 GiB of memory for one replica"
+
+
+def test_another_tenants_work_is_not_named_in_a_wait():
+    # A cluster is shared: tenant b's wait must not tell it the names of tenant a's work.
+    r = decide(snapshot(
+        [cpu_node(cores=4)],
+        running_jobs=[running(1, "a", gpus=0, on="local", cpu_per_replica=2, display=DEMO),
+                      running(3, "b", gpus=0, on="local", cpu_per_replica=1,
+                              display="job 3 etl")],
+        pending=[job(2, "b", gpus=0, cpu_per_replica=2), job(4, "a", gpus=0, cpu_per_replica=2)],
+    ))
+    assert r.reason(2) == (
+        "waiting: 2 CPU cores asked, 1 free on node local (other tenants' work holds 2, "
+        "job 3 etl holds 1)")
+    assert "demo-tiny-gpt" not in r.reason(2)
+    # Its own tenant's wait still names it, and not the other tenant's job.
+    assert r.reason(4) == (
+        "waiting: 2 CPU cores asked, 1 free on node local (the deployment demo-tiny-gpt holds "
+        "2, other tenants' work holds 1)")

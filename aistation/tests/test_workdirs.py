@@ -20,6 +20,7 @@ from aistation.services.workdirs import workdir_upload
 from aistation.services.workloads import attempt_workload, workdir_archive_path
 from aistation.tests.archives import TRAIN, tar_gz, with_member, zip_bytes
 from infra_os.models import AuditEvent
+from podsys.models import Cluster
 
 WORKDIRS = "/api/v1/aistation/workdirs/"
 JOBS = "/api/v1/aistation/jobs/"
@@ -280,6 +281,9 @@ def test_the_service_refuses_another_tenants_workdir_too(world, farm):
 # Jobs that ship one --------------------------------------------------------------------------
 
 def _job_with_workdir(api, world, files=TRAIN, **spec):
+    # The fake cluster offers the environment these jobs name.
+    Cluster.objects.filter(name="farm").update(options={
+        "nodes": 2, "gpus_per_node": 8, "environments": {"torch-cpu": "fake"}})
     client = api.as_user(world.alpha_member)
     workdir = upload(client, tar_gz(files)).json()
     response = client.post(JOBS, {"tenant": "alpha", "queue": "default", "name": "train",

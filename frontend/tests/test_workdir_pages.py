@@ -22,6 +22,14 @@ def data_dir(settings, tmp_path):
     settings.DATA_DIR.mkdir()
 
 
+@pytest.fixture
+def farm(farm):
+    """The fake farm, offering the environment these jobs name."""
+    farm.cluster.options = {**farm.cluster.options, "environments": {"torch-cpu": "fake"}}
+    farm.cluster.save(update_fields=["options"])
+    return farm
+
+
 def _post(client, farm, archive: bytes | None, name="train.tar.gz", **changes):
     data = {**SPEC, "queue": farm.queues["alpha"].pk, **changes}
     if archive is not None:

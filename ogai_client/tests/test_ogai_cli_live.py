@@ -483,8 +483,13 @@ def kube_cluster(world):
 
 def test_render_prints_the_kubernetes_objects_as_yaml(world, as_member, kube_cluster, capsys,
                                                       tmp_path):
+    # This cluster has no artifacts volume: a working folder is refused at submission.
+    code, out, err = ogai(capsys, "job", "submit", write_spec(
+        tmp_path, image="registry.example.org/train:1", queue="k8s"))
+    assert code == 1 and "Cluster k8s cannot ship a working folder" in err
+    assert len(err.strip().splitlines()) == 1, err
     ogai(capsys, "job", "submit", write_spec(tmp_path, image="registry.example.org/train:1",
-                                             queue="k8s"))
+                                             queue="k8s"), "--no-workdir")
     job = Job.objects.get()
     code, out, err = ogai(capsys, "job", "render", job.pk)
     assert code == 0, err
@@ -498,7 +503,7 @@ def test_render_prints_the_kubernetes_objects_as_yaml(world, as_member, kube_clu
 
 
 def test_render_of_a_job_without_an_image_says_why(as_member, kube_cluster, capsys, tmp_path):
-    ogai(capsys, "job", "submit", write_spec(tmp_path, queue="k8s"))
+    ogai(capsys, "job", "submit", write_spec(tmp_path, queue="k8s"), "--no-workdir")
     code, out, err = ogai(capsys, "job", "render", Job.objects.get().pk)
     assert code == 1 and not out
     assert "no image" in err

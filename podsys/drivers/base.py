@@ -22,6 +22,8 @@ FEATURE_GPU_MODEL = "gpu_model"
 # Tenants' work runs confined (own namespaces, only its own folders, an unprivileged user); a
 # driver that cannot confine it here lists the reason, and the platform refuses tenants' work.
 FEATURE_SANDBOX = "sandbox"
+# A job's working folder (`Workload.workdir_archive`) reaches its processes.
+FEATURE_WORKDIR = "workdir"
 
 # What a workload is to others, as a label the platform sets (never a request): a model
 # server's pods admit its model clients (an evaluation scoring its endpoint), where a cluster

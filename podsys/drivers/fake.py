@@ -26,6 +26,7 @@ import yaml
 from podsys.drivers.base import (
     ClusterDriver,
     DriverError,
+    EnvironmentInfo,
     NodeInfo,
     Phase,
     ReplicaStatus,
@@ -488,7 +489,9 @@ def reset_fake_clusters() -> None:
 
 class FakeDriver(ClusterDriver):
     """Options (used when the cluster is first created): `nodes`, `gpus_per_node`, `gpu_model`,
-    `gpu_memory_mib`, `cpu_cores`, `memory_mib`, `default_duration_s`."""
+    `gpu_memory_mib`, `cpu_cores`, `memory_mib`, `default_duration_s`; and `environments`
+    ({name: where}, read each time: the named environments jobs may ask for, none by
+    default)."""
 
     unsupported: dict[str, str] = {}
 
@@ -517,6 +520,11 @@ class FakeDriver(ClusterDriver):
     def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str:
         lines = self.fake.logs(handle, replica)
         return tail_lines("".join(f"{line}\n" for line in lines), tail)
+
+    def environments(self) -> list[EnvironmentInfo]:
+        offered = self.options.get("environments") or {}
+        return [EnvironmentInfo(name=str(name), where=str(where))
+                for name, where in offered.items()]
 
     def render(self, workload: Workload) -> str:
         """The workload as the driver gets it, as YAML (secrets by name only)."""

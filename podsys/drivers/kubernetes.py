@@ -28,6 +28,7 @@ from kubernetes.utils import parse_quantity
 from urllib3.exceptions import HTTPError
 
 from podsys.drivers.base import (
+    FEATURE_WORKDIR,
     ClusterDriver,
     ConnectionReport,
     DriverError,
@@ -84,6 +85,10 @@ class KubernetesDriver(ClusterDriver):
             self.kube = KubeOptions.from_options(self.options)
         except ValueError as exc:
             raise DriverError(f"cluster {cluster}: {exc}") from exc
+        if not self.kube.artifacts_claim:
+            self.unsupported = {**self.unsupported, FEATURE_WORKDIR: (
+                "a working folder reaches the pods from the artifacts volume, which this "
+                "cluster has not: set its 'artifacts_claim' and 'data_dir'")}
         self.retry_delay_s = float(self.options.get("retry_delay_s", 0.5))
         self._api: client.ApiClient | None = None
 

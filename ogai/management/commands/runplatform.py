@@ -73,7 +73,7 @@ class Command(BaseCommand):
             nonlocal signals
             signals += 1
             if signals == 2:
-                self.stdout.write("Stopping now: the parts of OGAI still stopping are killed.")
+                self._say("Stopping now: the parts of OGAI still stopping are killed.")
 
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, request_stop)
@@ -82,7 +82,7 @@ class Command(BaseCommand):
         for name, command in children.items():
             processes[name] = subprocess.Popen(command, start_new_session=True)  # noqa: S603
         guard, guard_pipe = self._start_guard([process.pid for process in processes.values()])
-        self.stdout.write(
+        self._say(
             f"OGAI is starting at http://{host}:{port}/ (data in {data_dir}); Ctrl-C stops it."
         )
 
@@ -95,7 +95,7 @@ class Command(BaseCommand):
                     break
             time.sleep(0.2)
 
-        self.stdout.write("Stopping OGAI…")
+        self._say("Stopping OGAI…")
         self._stop(processes, hurry=lambda: signals > 1)
         self._stop_work()
         os.write(guard_pipe, ALL_STOPPED)
@@ -103,7 +103,7 @@ class Command(BaseCommand):
         guard.wait()
         if failed:
             raise CommandError(f"OGAI stopped because the {failed}.")
-        self.stdout.write("OGAI stopped.")
+        self._say("OGAI stopped.")
 
     def _start_guard(self, children: list[int]) -> tuple[subprocess.Popen, int]:
         read_end, write_end = os.pipe()
@@ -124,10 +124,16 @@ class Command(BaseCommand):
             said += chunk
         if said == ALL_STOPPED:
             return
-        self.stdout.write("OGAI's runplatform ended without stopping; its guard stops OGAI.")
+        self._say("OGAI's runplatform ended without stopping; its guard stops OGAI.")
         _stop_groups(children)
         self._stop_work()
-        self.stdout.write("OGAI stopped.")
+        self._say("OGAI stopped.")
+
+    def _say(self, text: str, *, error: bool = False) -> None:
+        """Write a line, if the terminal is still there: after it closed (SIGHUP) writes fail
+        (EIO), and stopping must go on all the same."""
+        with contextlib.suppress(OSError):
+            (self.stderr if error else self.stdout).write(text)
 
     def _stop_work(self) -> None:
         for config in apps.get_app_configs():
@@ -136,7 +142,7 @@ class Command(BaseCommand):
                 try:
                     stop(stdout=self.stdout)
                 except Exception as exc:  # the next app's work must stop all the same
-                    self.stderr.write(f"{config.label}: could not stop its work: {exc}")
+                    self._say(f"{config.label}: could not stop its work: {exc}", error=True)
 
     def _stop(self, processes: dict[str, subprocess.Popen], hurry) -> None:
         # The leaders shut down their own children (a worker drains its pool); the group is
