@@ -215,6 +215,7 @@ def zip_to_tar(source: Path, target: Path, *, max_bytes: int) -> None:
                         tar.addfile(header, stream)
     except ArchiveError:
         raise
+    # NotImplementedError: a compression method zipfile cannot read; RuntimeError: encrypted.
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError,
             NotImplementedError) as exc:
         raise ArchiveError(f"The zip is damaged or cannot be read ({exc}).") from None

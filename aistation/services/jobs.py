@@ -59,31 +59,22 @@ def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_m
                                f"than any node of cluster {cluster} has."})
 
 
-def _check_sandbox(queue: Queue) -> None:
+def _check_cluster_can(queue: Queue, *, workdir: Workdir | None) -> None:
     """Refuse at once what the queue's cluster would refuse to run: a tenant's work where it
-    cannot be sandboxed (and the platform serves more than one tenant)."""
-    if settings.OGAI_SINGLE_TENANT:
+    cannot be sandboxed (and the platform serves more than one tenant), and a working folder it
+    cannot hand its pods (rather than fail every attempt at launch: `ogai job submit` ships the
+    spec's folder by default)."""
+    if settings.OGAI_SINGLE_TENANT and workdir is None:
         return
     try:
         driver = driver_for(queue.cluster)
     except DriverError:
         return  # a broken cluster says so when the job is launched
-    if not driver.supports(FEATURE_SANDBOX):
+    if not settings.OGAI_SINGLE_TENANT and not driver.supports(FEATURE_SANDBOX):
         raise ValidationError({"queue": (
             f"Cluster {queue.cluster.name} runs no tenant's work: it cannot sandbox it "
             f"({driver.unsupported[FEATURE_SANDBOX]}).")})
-
-
-def _check_workdir(queue: Queue, workdir: Workdir | None) -> None:
-    """Refuse at once a working folder the queue's cluster cannot hand its pods (rather than
-    fail every attempt at launch: `ogai job submit` ships the spec's folder by default)."""
-    if workdir is None:
-        return
-    try:
-        driver = driver_for(queue.cluster)
-    except DriverError:
-        return  # a broken cluster says so when the job is launched
-    if not driver.supports(FEATURE_WORKDIR):
+    if workdir is not None and not driver.supports(FEATURE_WORKDIR):
         raise ValidationError({"workdir": (
             f"Cluster {queue.cluster.name} cannot ship a working folder with a job "
             f"({driver.unsupported[FEATURE_WORKDIR]}); submit without one "
@@ -175,9 +166,8 @@ def job_submit(
         raise ValidationError({"workdir": f"No such working folder in tenant {tenant.name}."})
     _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model, cpu=cpu_per_replica,
                 memory_mib=memory_mib_per_replica, replicas=replicas)
-    _check_sandbox(queue)
+    _check_cluster_can(queue, workdir=workdir)
     _check_environment(queue, environment)
-    _check_workdir(queue, workdir)
     now = timezone.now()
     job = Job(
         tenant=tenant, queue=queue, cluster=queue.cluster, owner=actor, name=name,
