@@ -1,4 +1,5 @@
-"""The trace replay report: one table per stressed cluster and a chart of the JCT distributions.
+"""The trace replay report: the sweep's targets and its table of every case, a scatter of average
+JCT against longest wait per policy, one table per stressed cluster and their JCT distributions.
 
 Written by `python bench/trace_replay.py --report` (needs matplotlib: `pip install -e '.[bench]'`,
 or `make trace-report`, which does both).
@@ -34,10 +35,22 @@ def hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h"
 
 
-def write_report(lines: list[dict], jcts: dict, summary: dict, folder: Path) -> Path:
+SWEEP_TARGETS = (
+    ("jct_vs_las_max", "worst case: fair avg JCT / las's", 1.0),
+    ("preemptions_per_job_max", "worst case: fair preemptions per job", 1.0),
+    ("max_wait_vs_fifo_max", "worst case: fair longest wait / fifo's", 2.0),
+    ("median_jct_vs_oracle", "median over the cases: fair avg JCT / srtf-oracle's", 1.20),
+    ("sweep_wall_s", "the whole sweep, seconds", 600),
+)
+
+
+def write_report(lines: list[dict], jcts: dict, summary: dict, rows: list[dict],
+                 folder: Path, stressed: tuple = ()) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     chart = folder / "trace_replay_jct_cdf.png"
-    _chart(jcts, chart)
+    _chart({key: value for key, value in jcts.items() if key[:2] in stressed}, chart)
+    scatter = folder / "trace_replay_sweep.png"
+    _scatter(lines, rows, scatter)
     out = [
         "# Trace replay: the scheduler core on real GPU job traces",
         "",
@@ -49,7 +62,38 @@ def write_report(lines: list[dict], jcts: dict, summary: dict, folder: Path) -> 
         "default policy, with its default settings; `srtf-oracle` knows every job's remaining "
         "time (a reference, not deployable). Times in hours.",
         "",
-        "## Targets",
+        "## The sweep: every ITP cluster at 87% and 95% load",
+        "",
+        f"{summary['cases_met']} of {summary['cases']} cases meet all three per-case targets "
+        "(fair avg JCT at most las's, at most 1 preemption per job, longest wait at most 2x "
+        f"fifo's). las's own median avg JCT / srtf-oracle's: {summary['median_las_vs_oracle']}.",
+        "",
+        "| target | measured | limit | met |",
+        "|---|---:|---:|:---:|",
+    ]
+    for key, label, limit in SWEEP_TARGETS:
+        value = summary[key]
+        out.append(f"| {label} | {value} | {limit} | {'yes' if value <= limit else 'no'} |")
+    out += [
+        "",
+        "Average JCT in hours; N = max(ceil(busy GPUs / (load x 8)), nodes of the largest job).",
+        "",
+        "| cluster | load | nodes | fifo | backfill | las | fair | srtf-oracle | fair / las "
+        "| fair / oracle | preemptions per job | longest wait fair / fifo (h) | missed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        out.append(
+            f"| {row['trace']} | {row['load']:.0%} | {row['nodes']} | {row['fifo_jct_h']} | "
+            f"{row['backfill_jct_h']} | {row['las_jct_h']} | {row['fair_jct_h']} | "
+            f"{row['srtf-oracle_jct_h']} | {row['jct_vs_las']} | {row['jct_vs_oracle']} | "
+            f"{row['preemptions_per_job']} | {row['fair_max_wait_h']} / "
+            f"{row['fifo_max_wait_h']} | {', '.join(row['missed']) or '-'} |")
+    out += [
+        "",
+        f"![Average JCT against longest wait, every case and policy]({scatter.name})",
+        "",
+        "## The stressed clusters",
         "",
         "| target | cluster | measured | limit | met |",
         "|---|---|---:|---:|:---:|",
@@ -61,18 +105,20 @@ def write_report(lines: list[dict], jcts: dict, summary: dict, folder: Path) -> 
                 continue
             out.append(f"| {label} | {trace} | {value:.3f} | {limit} | "
                        f"{'yes' if value <= limit else 'no'} |")
-    for trace in sorted({line["trace"] for line in lines}):
-        rows = [line for line in lines if line["trace"] == trace]
+    for trace, nodes in stressed:
+        runs = [line for line in lines if (line["trace"], line["nodes"]) == (trace, nodes)]
+        if not runs:
+            continue
         out += [
             "",
-            f"## {trace} on {rows[0]['nodes']} nodes ({rows[0]['jobs']:,} jobs, average "
-            f"duration {hours(rows[0]['lower_bound_s'])}: the lower bound of the average JCT)",
+            f"### {trace} on {nodes} nodes ({runs[0]['jobs']:,} jobs, average "
+            f"duration {hours(runs[0]['lower_bound_s'])}: the lower bound of the average JCT)",
             "",
             "| policy | " + " | ".join(label for _, label in COLUMNS)
             + " | GPUs allocated while jobs wait | preemptions per job | replay wall |",
             "|---|" + "---:|" * (len(COLUMNS) + 3),
         ]
-        for line in rows:
+        for line in runs:
             allocation = line["gpu_allocation_while_waiting"]
             out.append(
                 f"| {line['policy']} | "
@@ -107,6 +153,36 @@ def _chart(jcts: dict, path: Path) -> None:
         ax.set_title(f"{trace} on {nodes} nodes")
         ax.grid(True, alpha=0.3)
         ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _scatter(lines: list[dict], rows: list[dict], path: Path) -> None:
+    """Each case's average JCT and longest wait per policy, both over fifo's: the trade-off."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = {(line["trace"], line["nodes"], line["policy"]): line for line in lines}
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for policy in dict.fromkeys(line["policy"] for line in lines):
+        points = []
+        for row in rows:
+            fifo, own = (by[(row["trace"], row["nodes"], name)] for name in ("fifo", policy))
+            if fifo["max_queue_s"] and fifo["avg_jct_s"]:
+                points.append((own["max_queue_s"] / fifo["max_queue_s"],
+                               own["avg_jct_s"] / fifo["avg_jct_s"]))
+        ax.scatter([x for x, _ in points], [y for _, y in points], label=policy, alpha=0.7)
+    ax.axvline(2.0, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("longest wait / fifo's (log scale)")
+    ax.set_ylabel("average JCT / fifo's (log scale)")
+    ax.set_title(f"{len(rows)} cases: every ITP cluster at two loads")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -24,11 +24,13 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .core import schedule
 from .policies import (
+    BACKFILL,
     DEFAULT_LEVELS_GPU_S,
     DEFAULT_MIN_RUN_S,
     DEFAULT_PROMOTE_AFTER_S,
@@ -44,6 +46,24 @@ from .types import JobSnap, NodeSnap, QueueSnap, Snapshot, TenantSnap
 TENANT = "trace"
 QUEUE = "trace/main"
 ARRIVE, END, WAKE = 0, 1, 2
+
+
+class Reference(Protocol):
+    """A reference policy (`aistation.scheduler.references`): the replay runs it as a backfill
+    queue whose jobs' priorities it sets. A waiting job's rank must not change while it waits
+    (its snapshot is kept); a running job's is asked again at every cycle."""
+
+    def rank(self, job: ReplayJob, now: float) -> int:
+        """The job's priority now: higher goes first and preempts lower at once."""
+        ...
+
+    def since(self, job: ReplayJob, now: float) -> float:
+        """Its place within its rank: earlier goes first."""
+        ...
+
+    def changes_at(self, job: ReplayJob, now: float) -> float:
+        """When, with nothing arriving or ending, the running job's rank next changes."""
+        ...
 
 
 class ConservationError(AssertionError):
@@ -107,8 +127,8 @@ def job_shape(gpus: int, node_gpus: int) -> tuple[int, int]:
 
 class Replay:
     """One run of a trace on `nodes` nodes of `node_gpus` GPUs under one queue policy, with the
-    policy settings `schedule` takes. `rank`, for reference policies only, gives each job a
-    priority from what the replay knows (e.g. its remaining time) at every cycle."""
+    policy settings `schedule` takes, or under a `reference` policy (run as a backfill queue
+    whose priorities it sets)."""
 
     def __init__(
         self,
@@ -125,14 +145,17 @@ class Replay:
         promote_backlog: float = DEFAULT_PROMOTE_BACKLOG,
         promote_stretch: float = DEFAULT_PROMOTE_STRETCH,
         promote_max_s: float = DEFAULT_PROMOTE_MAX_S,
-        rank: Callable[[ReplayJob, float], int] | None = None,
+        reference: Reference | None = None,
         time_cycles: bool = False,
+        record: bool = False,
     ) -> None:
         self.node_gpus = node_gpus
         self.node_snaps = tuple(
             NodeSnap(name=f"n{i:05d}", gpus=node_gpus) for i in range(nodes)
         )
         self.used = {node.name: 0 for node in self.node_snaps}
+        if reference is not None:  # its own rule is the whole policy: no starvation bound
+            policy, starvation_s = BACKFILL, math.inf
         self.policy = policy
         self.overhead = restart_overhead_s
         self.starvation_s = starvation_s
@@ -142,8 +165,11 @@ class Replay:
         self.promote_backlog = promote_backlog
         self.promote_stretch = promote_stretch
         self.promote_max_s = promote_max_s
-        self.rank = rank
+        self.reference = reference
         self.time_cycles = time_cycles
+        # With `record`: every cycle's (time, starts with placements, preempted job ids).
+        self.record = record
+        self.decisions: list[tuple[float, tuple, tuple]] = []
         self.tenants = (TenantSnap(name=TENANT, gpu_quota=nodes * node_gpus),)
         self.queues = (QueueSnap(key=QUEUE, tenant=TENANT, policy=policy),)
         self.jobs: dict[int, ReplayJob] = {}
@@ -216,6 +242,9 @@ class Replay:
                 cycle_s.append(time.perf_counter() - started)
                 backlog.append(len(snapshot.pending))
             cycles += 1
+            if self.record:
+                self.decisions.append((now, tuple(sorted(decisions.starts)),
+                                       tuple(sorted(p.job_id for p in decisions.preemptions))))
             for preempt in decisions.preemptions:
                 self._preempt(self.running[preempt.job_id], now)
             for start in decisions.starts:
@@ -259,6 +288,8 @@ class Replay:
                 for waited in (*waiting, *(job.queue_s for job in self.running.values()))
             ):
                 candidates.append(now)
+        if self.reference is not None:
+            candidates += [self.reference.changes_at(job, now) for job in self.running.values()]
         oldest = min(job.queued_at for job in self.pending.values())
         if oldest + self.starvation_s > now:
             candidates.append(oldest + self.starvation_s)
@@ -268,12 +299,12 @@ class Replay:
     def _snapshot(self, now: float) -> Snapshot:
         running = []
         for job in self.running.values():
-            if job.snap is None or self.rank is not None:
+            if job.snap is None or self.reference is not None:
                 job.snap = self._snap(job, now)
             running.append(job.snap)
         pending = []
         for job in self.pending.values():
-            if job.snap is None or self.rank is not None:
+            if job.snap is None:
                 job.snap = self._snap(job, now)
             pending.append(job.snap)
         return Snapshot(
@@ -282,10 +313,12 @@ class Replay:
         )
 
     def _snap(self, job: ReplayJob, now: float) -> JobSnap:
-        priority = self.rank(job, now) if self.rank is not None else 0
+        priority, since = 0, job.queued_at
+        if self.reference is not None:
+            priority, since = self.reference.rank(job, now), self.reference.since(job, now)
         return JobSnap(
             id=job.trace.id, tenant=TENANT, queue=QUEUE, priority=priority,
-            submitted_at=job.queued_at, gpus_per_replica=job.gpus_per_replica,
+            submitted_at=since, gpus_per_replica=job.gpus_per_replica,
             replicas=job.replicas, cpu_per_replica=0, memory_mib_per_replica=0,
             placement=job.placement, started_at=job.started_at,
             attained_gpu_s=job.attained_gpu_s, waited_s=job.queue_s,

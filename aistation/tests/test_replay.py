@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from aistation.scheduler.replay import Replay, TraceJob, job_shape, remaining_s
+from aistation.scheduler.references import LeastAttained, ShortestRemaining
+from aistation.scheduler.replay import Replay, TraceJob, job_shape
 
 TRACE_PREFIX = Path(__file__).parent / "data" / "itp-cluster04-first-400.csv"
 
@@ -142,17 +143,61 @@ def test_a_cycle_that_moves_the_promotion_bound_across_a_wait_asks_for_another_a
 
 def test_the_oracle_runs_the_shortest_remaining_first():
     jobs = trace((0, 1000, 8), (10, 100, 8), (20, 500, 8))
-
-    def srtf(job, now):
-        return -int(remaining_s(job, now, 60.0))
-
-    _, result, ends = run(jobs, 1, "backfill", rank=srtf)
+    _, result, ends = run(jobs, 1, "backfill", reference=ShortestRemaining(60.0))
     # Job 2 (100 s) preempts job 1 (990 s left); then job 3 (500 s) goes before job 1 (990 s
     # left + the 60 s restart), which finishes last.
     assert ends[2] == 110
     assert ends[3] == 610
     assert ends[1] == 610 + 60 + 990
     assert result.preemptions == 1
+
+
+# -- las: Tiresias' textbook least-attained service ----------------------------------------------
+
+
+def las(jobs, nodes, levels=(3600, 36000, 360000)):
+    return run(jobs, nodes, "fair", reference=LeastAttained(levels))
+
+
+def test_las_preempts_at_once_when_a_job_of_a_higher_level_arrives():
+    # One node. Job 1 (8 GPUs) passes 3,600 GPU-s at 450 s and drops to level 1; job 2 arrives
+    # at 500 s at level 0 and preempts it at once (no minimum run); job 1 resumes when job 2
+    # ends, paying the 60 s restart: 500 s done + 60 + 1,500 s left.
+    _, result, ends = las(trace((0, 2000, 8), (500, 100, 8)), 1)
+    assert ends == {1: 600 + 60 + 1500, 2: 600}
+    assert result.preemptions == 1
+
+
+def test_las_does_not_preempt_within_a_level():
+    # Job 1 never reaches 3,600 GPU-s (8 x 400 s): both stay at level 0 and job 2 waits.
+    _, result, ends = las(trace((0, 400, 8), (100, 100, 8)), 1)
+    assert ends == {1: 400, 2: 500}
+    assert result.preemptions == 0
+
+
+def test_las_wakes_when_a_running_job_drops_a_level():
+    # Job 2 arrives while job 1 is still at level 0 and waits; at 450 s job 1 drops to level
+    # 1 with nothing arriving or ending, and job 2 starts then.
+    _, result, ends = las(trace((0, 2000, 8), (100, 100, 8)), 1)
+    assert ends[2] == pytest.approx(550, abs=1e-3)
+    assert result.preemptions == 1
+
+
+def test_las_is_first_come_first_served_by_level_entry_not_by_submission():
+    # Two nodes. Job 1 (1 GPU, submitted first) enters level 1 at 3,600 s; job 2 (8 GPUs,
+    # submitted at 100 s) at 550 s. Jobs 3 and 4 (level 0, 8 GPUs each) preempt both at
+    # 4,000 s. Job 4 ends at 5,000 s and frees one node, room for only one of them: job 2,
+    # which entered the level first, takes it, though job 1 was submitted first (and would
+    # have fitted).
+    jobs = trace((0, 100_000, 1), (100, 100_000, 8), (4000, 10_000, 8), (4000, 1000, 8))
+    replay = Replay(jobs, nodes=2, reference=LeastAttained(), record=True)
+    replay.run()
+    at_5000 = next(d for d in replay.decisions if d[0] == 5000)
+    assert [start.job_id for start in at_5000[1]] == [2]
+    # At 5,600 s job 2 passes 36,000 GPU-s (level 2) and job 1, still at level 1, preempts it.
+    at_5600 = next(d for d in replay.decisions if 5600 <= d[0] < 5601)
+    assert [start.job_id for start in at_5600[1]] == [1]
+    assert at_5600[2] == (2,)
 
 
 # -- FIFO against a reference ------------------------------------------------------------------
@@ -215,6 +260,42 @@ def test_fifo_on_a_real_trace_prefix_matches_the_reference():
     assert result.jobs == 400
     # The prefix on 12 nodes queues: the comparison covers blocking, not only free starts.
     assert sum(result.queue_s) > 0
+
+
+# -- what the default knows ---------------------------------------------------------------------
+
+
+def decisions_until(jobs, policy="fair", **settings):
+    replay = Replay(jobs, nodes=12, policy=policy, record=True, **settings)
+    replay.run()
+    return replay.decisions, {job_id: job.finished_at for job_id, job in replay.jobs.items()}
+
+
+@pytest.mark.parametrize("policy", ["fair", "backfill"])
+def test_decisions_never_depend_on_a_duration_before_the_job_ends(policy):
+    # The second half of the prefix gets other durations after submission. Up to the first
+    # moment one of those jobs ends (in either run), every decision is the same: nothing the
+    # policy uses comes from a waiting or running job's true duration.
+    jobs = load_prefix()
+    changed = [TraceJob(j.id, j.submitted_at, j.duration_s * 3 + 77 if j.id >= 200 else
+                        j.duration_s, j.gpus) for j in jobs]
+    before, ends = decisions_until(jobs, policy)
+    after, changed_ends = decisions_until(changed, policy)
+    first_end = min(min(ends[j], changed_ends[j]) for j in range(200, 400))
+    same = [d for d in before if d[0] < first_end]
+    assert len(same) > 100  # the comparison covers many cycles with the changed jobs waiting
+    assert [d for d in after if d[0] < first_end] == same
+
+
+def test_the_duration_check_catches_a_policy_that_reads_durations():
+    # The same comparison fails for the oracle, which orders by remaining time.
+    jobs = load_prefix()
+    changed = [TraceJob(j.id, j.submitted_at, j.duration_s * 3 + 77 if j.id >= 200 else
+                        j.duration_s, j.gpus) for j in jobs]
+    before, ends = decisions_until(jobs, reference=ShortestRemaining(60.0))
+    after, changed_ends = decisions_until(changed, reference=ShortestRemaining(60.0))
+    first_end = min(min(ends[j], changed_ends[j]) for j in range(200, 400))
+    assert [d for d in after if d[0] < first_end] != [d for d in before if d[0] < first_end]
 
 
 # -- conservation ------------------------------------------------------------------------------
