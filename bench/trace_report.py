@@ -59,8 +59,10 @@ def write_report(lines: list[dict], jcts: dict, summary: dict, rows: list[dict],
         "Traces: Microsoft ITP 2021 (`../shared/data/traces/microsoft-itp-2021/`, MIT licence). "
         "Nodes of 8 GPUs; a job of more than 8 GPUs takes whole nodes; a preempted job keeps "
         "its progress and pays 60 s on its GPUs at each restart. `fair` is the platform's "
-        "default policy, with its default settings; `srtf-oracle` knows every job's remaining "
-        "time (a reference, not deployable). Times in hours.",
+        "default policy, with its default settings. Two references no queue can use: `las` is "
+        "Tiresias' textbook least-attained service (3,600 / 36,000 / 360,000 GPU-s, preemption "
+        "at once, no promotion) and `srtf-oracle` knows every job's remaining time. Times in "
+        "hours.",
         "",
         "## The sweep: every ITP cluster at 87% and 95% load",
         "",
