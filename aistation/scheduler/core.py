@@ -82,6 +82,7 @@ def schedule(
     promote_backlog: float = DEFAULT_PROMOTE_BACKLOG,
     promote_stretch: float = DEFAULT_PROMOTE_STRETCH,
     promote_max_s: float = DEFAULT_PROMOTE_MAX_S,
+    explain: bool = True,
 ) -> Decisions:
     """Decide one cycle: which pending jobs start where, what is preempted, and why the rest
     wait. `starvation_s` is how long a job that could start within its quotas waits before it
@@ -90,19 +91,29 @@ def schedule(
     higher level may preempt it, and `promote_after_s` how long a job waits in all before it is
     promoted to the top level, stretched by `promote_stretch` times it for each quota's worth of
     its tenant's backlog past `promote_backlog`, up to `promote_max_s` (see
-    `aistation.scheduler.policies`)."""
+    `aistation.scheduler.policies`). Without `explain` the waits are left out (the trace replay
+    has no one to tell them to); the starts and preemptions are the same."""
     # A cycle allocates tens of thousands of short-lived objects and keeps no reference
     # cycles: the collector's passes during it only add pauses (they set the p99).
     collecting = gc.isenabled()
     gc.disable()
     try:
-        bounds = promotion_bounds(
-            snapshot, promote_after_s, promote_backlog, promote_stretch, promote_max_s)
+        bounds = {}
+        if _has_fair_queue(snapshot):  # promotion is a fair queue's only
+            bounds = promotion_bounds(
+                snapshot, promote_after_s, promote_backlog, promote_stretch, promote_max_s)
         ranks = Ranks(levels_gpu_s, promote_after_s, bounds)
-        return _Cycle(snapshot, starvation_s, ranks, min_run_s).run()
+        return _Cycle(snapshot, starvation_s, ranks, min_run_s).run(explain)
     finally:
         if collecting:
             gc.enable()
+
+
+def _has_fair_queue(snapshot: Snapshot) -> bool:
+    """Whether a pending job is in a fair queue (a queue the snapshot does not describe is)."""
+    keys = {queue.key for queue in snapshot.queues}
+    return any(policy_of(queue) == FAIR for queue in snapshot.queues) or any(
+        job.queue not in keys for job in snapshot.pending)
 
 
 class _Queue:
@@ -384,7 +395,7 @@ class _Cycle:
 
     # -- the cycle ----------------------------------------------------------------------------
 
-    def run(self) -> Decisions:
+    def run(self, explain: bool = True) -> Decisions:
         self._starving_first()
         self._pass(1)
         for queue in self.queues.values():
@@ -394,7 +405,7 @@ class _Cycle:
         return Decisions(
             starts=tuple(self.starts),
             preemptions=tuple(self.preemptions),
-            waits=tuple(self._waits()),
+            waits=tuple(self._waits()) if explain else (),
         )
 
     def _share(self, tenant: str) -> float:

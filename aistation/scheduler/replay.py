@@ -230,14 +230,14 @@ class Replay:
             if not changed or not self.pending:
                 continue
             snapshot = self._snapshot(now)
-            bound = self._promotion_bound(snapshot)
+            bound = self._promotion_bound(snapshot) if self.policy == FAIR else 0.0
             started = time.perf_counter() if self.time_cycles else 0.0
             decisions = schedule(snapshot, starvation_s=self.starvation_s,
                                  levels_gpu_s=self.levels, min_run_s=self.min_run_s,
                                  promote_after_s=self.promote_after_s,
                                  promote_backlog=self.promote_backlog,
                                  promote_stretch=self.promote_stretch,
-                                 promote_max_s=self.promote_max_s)
+                                 promote_max_s=self.promote_max_s, explain=False)
             if self.time_cycles:
                 cycle_s.append(time.perf_counter() - started)
                 backlog.append(len(snapshot.pending))

@@ -999,3 +999,22 @@ def test_the_core_imports_no_django():
         "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework')]"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_without_explaining_a_cycle_decides_the_same_and_lists_no_waits():
+    """The trace replay asks for no wait reasons (explain=False): the starts and preemptions are
+    those of the cycle that explains, under every policy."""
+    for policy in ("fifo", "backfill", "fair"):
+        queues = [QueueSnap(key="a/q", tenant="a", policy=policy)]
+        snap = snapshot(
+            nodes(2),
+            quotas={"a": 16},
+            queues=queues,
+            running_jobs=[running(1, gpus=8, on="node-1", attained_gpu_s=10**6)],
+            pending=[job(2, gpus=8), job(3, gpus=4), job(4, gpus=8, replicas=2), job(5, gpus=2)],
+        )
+        explained = schedule(snap)
+        plain = schedule(snap, explain=False)
+        assert explained.waits and not plain.waits
+        assert plain.starts == explained.starts
+        assert plain.preemptions == explained.preemptions
