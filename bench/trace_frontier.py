@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -159,4 +158,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -98,22 +98,11 @@ def schedule(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        bounds = {}
-        if _has_fair_queue(snapshot):  # promotion is a fair queue's only
-            bounds = promotion_bounds(
-                snapshot, promote_after_s, promote_backlog, promote_stretch, promote_max_s)
-        ranks = Ranks(levels_gpu_s, promote_after_s, bounds)
-        return _Cycle(snapshot, starvation_s, ranks, min_run_s).run(explain)
+        promotion = (promote_after_s, promote_backlog, promote_stretch, promote_max_s)
+        return _Cycle(snapshot, starvation_s, levels_gpu_s, promotion, min_run_s).run(explain)
     finally:
         if collecting:
             gc.enable()
-
-
-def _has_fair_queue(snapshot: Snapshot) -> bool:
-    """Whether a pending job is in a fair queue (a queue the snapshot does not describe is)."""
-    keys = {queue.key for queue in snapshot.queues}
-    return any(policy_of(queue) == FAIR for queue in snapshot.queues) or any(
-        job.queue not in keys for job in snapshot.pending)
 
 
 class _Queue:
@@ -170,11 +159,16 @@ def _below(by_priority: dict[int, int] | None, priority: int) -> int:
 
 class _Cycle:
     def __init__(
-        self, snapshot: Snapshot, starvation_s: float, ranks: Ranks, min_run_s: float
+        self,
+        snapshot: Snapshot,
+        starvation_s: float,
+        levels_gpu_s: Sequence[float],
+        promotion: tuple[float, float, float, float],
+        min_run_s: float,
     ) -> None:
+        """`promotion`: promote_after_s, promote_backlog, promote_stretch, promote_max_s."""
         self.now = now = snapshot.now
         self.starvation_s = starvation_s
-        self.ranks = ranks
         self.min_run_s = min_run_s
         self.cluster = cluster = Cluster(snapshot.nodes)
         self.usage = Usage()
@@ -186,6 +180,9 @@ class _Cycle:
         self.queues = queues
         # Jobs go by rank: their priority, then, in a fair queue, their level (`policies`).
         self.fair_queues = {key for key, queue in queues.items() if queue.fair}
+        # Promotion is a fair queue's only: without one, its bounds are not worth computing.
+        bounds = promotion_bounds(snapshot, *promotion) if self.fair_queues else {}
+        self.ranks = ranks = Ranks(levels_gpu_s, promotion[0], bounds)
         ranked = ranks.of_pending(pending, self.fair_queues, now)
         # Pending jobs fall in a few classes (shape, tenant, queue, rank), and into fewer
         # shapes: number both once, take whatever depends on them from the class, and key every
