@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ogai-installed
 TEST_DATA_DIR := $(CURDIR)/var/test
 
-.PHONY: help install run test lint check-migrations schema chromium bubblewrap trace-report clean \
+.PHONY: help install run test lint check-migrations schema chromium bubblewrap slurm trace-report clean \
 	demo-model
 
 help:
@@ -87,7 +87,20 @@ bubblewrap:
 		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
 
-test: install lint check-migrations schema chromium bubblewrap
+# The slurm driver's tests start a real Slurm (controller, slurmdbd in the local MariaDB, two
+# slurmd nodes): Debian's packages.
+SLURM_PACKAGES := slurmctld slurmd slurmdbd slurm-client munge
+
+slurm:
+	@command -v slurmctld >/dev/null && command -v slurmdbd >/dev/null && \
+		command -v sbatch >/dev/null && command -v munged >/dev/null || { \
+		echo "Installing Debian's Slurm for the slurm driver's tests"; \
+		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			$(SLURM_PACKAGES) >/dev/null; }
+
+test: install lint check-migrations schema chromium bubblewrap slurm
 	OGAI_DATA_DIR=$(TEST_DATA_DIR) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The scheduler on real traces (../shared/data/traces): bench/results/trace_replay.md and its chart.

@@ -323,6 +323,7 @@ OGAI_CLUSTER_DRIVERS = {
     "local": "podsys.drivers.local.LocalDriver",
     "fake": "podsys.drivers.fake.FakeDriver",
     "kubernetes": "podsys.drivers.kubernetes.KubernetesDriver",
+    "slurm": "podsys.drivers.slurm.SlurmDriver",
 }
 # Where work runs is a tenant boundary. On the local cluster each tenant's processes run in a
 # bubblewrap sandbox as uid (and gid) SANDBOX_UID_BASE + the tenant's id, never as the platform's

@@ -138,11 +138,14 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
     snapshot = Snapshot(
         now=now.timestamp(),
         nodes=tuple(  # schedulable: `Node.takes_work`, read from plain values
-            NodeSnap(name=name, gpus=gpus, gpu_model=model, cpu_cores=cpu, memory_mib=memory,
+            # GPUs held by work the platform did not start are not the scheduler's to give.
+            NodeSnap(name=name, gpus=max(0, gpus - (foreign or 0)), gpu_model=model,
+                     cpu_cores=cpu, memory_mib=memory,
                      schedulable=schedulable and health == NodeHealth.HEALTHY)
-            for name, gpus, model, cpu, memory, schedulable, health in
+            for name, gpus, model, cpu, memory, schedulable, health, foreign in
             Node.objects.filter(cluster=cluster).values_list(
-                "name", "gpus", "gpu_model", "cpu_cores", "memory_mib", "schedulable", "health")
+                "name", "gpus", "gpu_model", "cpu_cores", "memory_mib", "schedulable", "health",
+                "gpus_foreign")
         ),
         tenants=tuple(_tenant_snap(q, elsewhere.get(t, NOTHING_HELD), leased.get(t, 0))
                       for t, q in quotas.items()),

@@ -79,4 +79,5 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
         data_mounts=tuple(DataMount(path=m["path"], read_only=bool(m["read_only"]))
                           for m in job.mounts),
         secret_env=secrets,
+        time_limit_s=job.time_limit_s,
     )

@@ -67,6 +67,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "labels",
             "taints",
             "gpus_in_use",
+            "gpus_foreign",
             "health",
             "health_reason",
             "schedulable",

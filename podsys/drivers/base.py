@@ -32,6 +32,9 @@ ROLE_LABEL = "ogai.io/role"
 ROLE_MODEL_SERVER = "model-server"
 ROLE_MODEL_CLIENT = "model-client"
 
+# On a node the platform cordoned on the cluster itself (`set_schedulable`), set to "true".
+CORDONED_BY_PLATFORM = "ogai.io/cordoned"
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -51,6 +54,9 @@ class NodeInfo:
     # GPUs held on it by anything, the platform's work or not, where the cluster says (None:
     # only the platform uses the node).
     gpus_allocated: int | None = None
+    # Of those, the GPUs held by work the platform did not start (a user's own `sbatch`),
+    # where the driver can tell them apart: the scheduler places around them.
+    gpus_foreign: int | None = None
     # Where it is reached (Ansible, metrics scrapes), where the cluster says: an IP or a name.
     address: str = ""
 
@@ -119,6 +125,9 @@ class Workload:
     # Environment the processes get that no file, object or page may show in clear text
     # (tokens); drivers keep only the names.
     secret_env: dict[str, str] = field(default_factory=dict)
+    # The job's wall-clock limit, for drivers whose cluster enforces one itself (Slurm's
+    # `--time`); the platform enforces it everywhere else. None: no limit.
+    time_limit_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +249,13 @@ class ClusterDriver(ABC):
         see `podsys.metric_names`), where the driver can read them itself; None where it
         cannot, and the platform scrapes the nodes (the cluster's `metrics_url` option) or
         queries Prometheus instead."""
+        return None
+
+    def set_schedulable(self, node: str, schedulable: bool, reason: str = "") -> None:
+        """Cordon (False) or uncordon the node on the cluster itself, where the cluster keeps
+        its own (Slurm's drain): work submitted there by others then keeps off it too. A node
+        the platform cordoned this way reports `labels[CORDONED_BY_PLATFORM]`. Drivers
+        without such a notion do nothing: the platform's scheduler keeps its work off."""
         return None
 
     def supports(self, feature: str) -> bool:

@@ -81,6 +81,9 @@ class Node(TimeStampedModel):
     # GPUs held by anything on it where the cluster reports that (Kubernetes: every pod's GPU
     # limits, other users' included); None where only the platform places work.
     gpus_in_use = models.PositiveIntegerField(null=True, blank=True)
+    # Of those, held by work the platform did not start (a user's own `sbatch`), where the
+    # driver tells them apart; the scheduler places around them.
+    gpus_foreign = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["cluster__name", "name"]

@@ -1,5 +1,6 @@
 """Clusters and their nodes."""
 
+import dataclasses
 import json
 import logging
 
@@ -15,7 +16,7 @@ from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
 from podsys.choices import CordonSource, NodeHealth
 from podsys.drivers import local_environments
-from podsys.drivers.base import ConnectionReport, DriverError
+from podsys.drivers.base import CORDONED_BY_PLATFORM, ConnectionReport, DriverError
 from podsys.drivers.kube_manifests import KubeOptions
 from podsys.health import NODE_LABEL_PREFIX
 from podsys.models import Cluster, Node
@@ -82,6 +83,13 @@ def cluster_create(
             local_environments.configured(options)
         except DriverError as exc:
             raise ValidationError({"options": str(exc)}) from None
+    if driver == "slurm":
+        from podsys.drivers.slurm import SlurmDriver
+
+        try:
+            SlurmDriver.check_options(options)
+        except ValueError as exc:
+            raise ValidationError({"options": str(exc)}) from None
     cluster.credentials = _check_credentials(driver, options, kubeconfig)
     cluster.save()
     audit_record(
@@ -115,7 +123,8 @@ def cluster_sync_nodes(*, cluster: Cluster) -> list[Node]:
     reports is kept, marked lost, so its running work is noticed and moved."""
     now = timezone.now()
     try:
-        reported = driver_for(cluster).nodes()
+        driver = driver_for(cluster)
+        reported = _mirror_cordons(cluster, driver, driver.nodes())
     except DriverError as exc:
         Cluster.objects.filter(pk=cluster.pk).update(sync_error=str(exc))
         logger.warning("Cluster %s: node sync failed: %s", cluster.name, exc)
@@ -139,12 +148,13 @@ def cluster_sync_nodes(*, cluster: Cluster) -> list[Node]:
                                              if key.startswith(NODE_LABEL_PREFIX)}}
             node.taints = list(info.taints)
             node.gpus_in_use = info.gpus_allocated
+            node.gpus_foreign = info.gpus_foreign
             if info.address:  # else an address set by hand stays
                 node.address = info.address
             node.health = NodeHealth.HEALTHY if info.ready else NodeHealth.NOT_READY
             if info.reason or not node.cordon_source:  # a cordon's reason stays while it does
                 node.health_reason = info.reason
-            if not info.schedulable:
+            if not info.schedulable and info.labels.get(CORDONED_BY_PLATFORM) != "true":
                 node.schedulable = False
             node.last_seen_at = now
             node.save()
@@ -166,6 +176,37 @@ def cluster_cleanup(*, cluster: Cluster) -> int:
     except DriverError as exc:
         logger.warning("Cluster %s: cleanup failed: %s", cluster.name, exc)
         return 0
+
+
+def _mirror_cordons(cluster: Cluster, driver, reported: list) -> list:
+    """Make the cluster's own cordons (Slurm's drain) follow the platform's: a node the
+    platform cordoned (an operator, a failed health check) is cordoned there, and one it
+    cordoned there and has since returned to service is uncordoned. A node held only while
+    an exclusive health check runs stays open there: the check itself runs on it. Returns what
+    the driver reports afterwards."""
+    wanted = {
+        node.name: node.health_reason
+        for node in cluster.nodes.filter(schedulable=False).exclude(
+            cordon_source__in=[CordonSource.NONE, CordonSource.CHECK_RUNNING])
+    }
+    changed = False
+    for info in reported:
+        ours = info.labels.get(CORDONED_BY_PLATFORM) == "true"
+        if info.name in wanted and info.schedulable:
+            driver.set_schedulable(info.name, False, wanted[info.name])
+            changed = True
+        elif info.name not in wanted and ours:
+            driver.set_schedulable(info.name, True)
+            changed = True
+    if not changed:
+        return reported
+    resumed = {info.name for info in reported if info.name not in wanted
+               and info.labels.get(CORDONED_BY_PLATFORM) == "true"}
+    # A node just resumed is back in service for the platform at once, even while the
+    # cluster still pings it.
+    return [dataclasses.replace(info, ready=True, schedulable=True, reason="")
+            if info.name in resumed else info
+            for info in driver.nodes()]
 
 
 def cluster_refresh_capacity(*, cluster: Cluster) -> dict:
@@ -222,6 +263,9 @@ def node_set_schedulable(*, actor, node: Node, schedulable: bool, reason: str = 
     elif was in (CordonSource.HEALTH_CHECK, CordonSource.CHECK_RUNNING):
         node.health_reason = ""
     node.save(update_fields=["schedulable", "cordon_source", "health_reason", "updated_at"])
+    # The cluster's own cordon (Slurm's drain) follows at the next sync: this one.
+    cluster_id = node.cluster_id
+    transaction.on_commit(lambda: _enqueue_sync(cluster_id))
     audit_record(
         actor=actor,
         action="node.cordon" if not schedulable else "node.uncordon",

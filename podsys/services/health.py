@@ -325,6 +325,8 @@ def _take_out_of_service(node: Node, run: HealthCheckRun, newly: bool, totals: C
         node.cordon_source = CordonSource.HEALTH_CHECK
         node.health_reason = reason
         node.save(update_fields=["schedulable", "cordon_source", "health_reason", "updated_at"])
+        # The cluster's own cordon (Slurm's drain) follows at the node sync this asks for.
+        transaction.on_commit(lambda: _enqueue_sync(node.cluster_id))
         audit_record(actor=None, action="node.cordon", obj=node,
                      changes={"reason": reason, "source": CordonSource.HEALTH_CHECK,
                               "check": run.check_name, "run": run.pk})
@@ -384,6 +386,7 @@ def _return_to_service(node: Node, run: HealthCheckRun) -> None:
     node.cordon_source = CordonSource.CHECK_RUNNING if running else CordonSource.NONE
     node.health_reason = held_reason(running) if running else ""
     node.save(update_fields=["schedulable", "cordon_source", "health_reason", "updated_at"])
+    transaction.on_commit(lambda: _enqueue_sync(node.cluster_id))
     audit_record(actor=None, action="node.uncordon", obj=node,
                  changes={"reason": f"passed its health checks again (was: {reason})",
                           "source": CordonSource.HEALTH_CHECK, "run": run.pk,
@@ -784,6 +787,12 @@ def health_checks_tick(*, now: datetime | None = None,
         _schedule_due(cluster, driver, checks, now, totals)
         _start_pending(cluster, driver, checks, now, totals)
     return dict(totals)
+
+
+def _enqueue_sync(cluster_id: int) -> None:
+    from podsys.tasks.nodes import sync_nodes
+
+    sync_nodes.delay(cluster_id=cluster_id)
 
 
 def _enqueue_tick(cluster_id: int) -> None:

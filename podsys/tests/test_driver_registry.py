@@ -56,8 +56,8 @@ def test_reset_forgets_instances():
 
 def test_unknown_driver_names_the_known_ones():
     with pytest.raises(DriverError,
-                       match=r"unknown cluster driver 'slurm'.*fake, kubernetes, local"):
-        get_driver(cluster="a", driver="slurm")
+                       match=r"unknown cluster driver 'lsf'.*fake, kubernetes, local, slurm"):
+        get_driver(cluster="a", driver="lsf")
     with pytest.raises(DriverError, match="cannot import"):
         get_driver(cluster="a", driver="podsys.drivers.nowhere.Driver")
     with pytest.raises(DriverError, match="not a ClusterDriver"):

@@ -1,0 +1,240 @@
+"""The slurm driver against a real Slurm: a controller, slurmdbd in MariaDB and two slurmd nodes
+on this machine (tests/slurm_cluster.py), with tenants' jobs run as their own accounts."""
+
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from podsys.drivers.base import CORDONED_BY_PLATFORM, DriverError, Phase, Resources, Workload
+from podsys.drivers.slurm import SlurmDriver
+from tests.slurm_cluster import SlurmCluster, posix_accounts, shared_folder
+
+TENANT_UID = 1_990_000_001
+OTHER_UID = 1_990_000_002
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    with SlurmCluster.temporary() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def tenant_accounts():
+    with posix_accounts(TENANT_UID, OTHER_UID) as names:
+        yield names
+
+
+@pytest.fixture
+def shared():
+    with shared_folder() as folder:
+        yield folder
+
+
+@pytest.fixture
+def driver(slurm, tenant_accounts, shared):
+    return SlurmDriver(cluster="hpc", options={
+        "slurm_conf": str(slurm.conf), "shared_dir": str(shared / "cluster"), "grace_s": 10})
+
+
+def _workload(workload_id: str, code: str, *, replicas: int = 1, gpus: int = 1,
+              placement: tuple[str, ...] = (), **fields) -> Workload:
+    return Workload(id=workload_id, command=(sys.executable, "-c", textwrap.dedent(code)),
+                    resources=Resources(gpus=gpus, cpu_cores=1, memory_mib=256),
+                    replicas=replicas, placement=placement, tenant="acme",
+                    run_as=TENANT_UID, **fields)
+
+
+def _wait(driver, handle, phases, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        status = driver.status([handle])[handle]
+        if status.phase in phases or time.monotonic() > deadline:
+            return status
+        time.sleep(0.3)
+
+
+def _slurm_jobs(slurm, name):
+    # 22.05's squeue --json ignores its filters: every job, all states.
+    return [job for job in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
+            if job["name"] == name]
+
+
+ALL_REDUCE = """
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    tensor = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(tensor)
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()} uid {os.getuid()} "
+          f"sum {tensor.item()}", flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def test_the_connection_check_says_version_nodes_gpus_and_accounting(driver):
+    report = driver.check_connection()
+    assert report.ok, report.message
+    assert report.message.startswith("Slurm 22.05")
+    assert report.details["nodes"] == 2 and report.details["gpus"] == 4
+    assert report.details["partitions"] == ["batch"]
+    assert report.details["accounting"] is True
+
+
+def test_nodes_come_from_sinfo_with_their_gpus(driver):
+    nodes = {node.name: node for node in driver.nodes()}
+    assert set(nodes) == {"n1", "n2"}
+    assert nodes["n1"].gpus == 2 and nodes["n1"].gpu_model == "h100"
+    assert nodes["n1"].cpu_cores == 4 and nodes["n1"].memory_mib == 4096
+    assert nodes["n1"].ready and nodes["n1"].schedulable
+
+
+def test_a_two_replica_torch_job_all_reduces_across_both_nodes_as_the_tenant(driver, slurm):
+    workload = _workload("job-1-a1", ALL_REDUCE, replicas=2, placement=("n1", "n2"),
+                         time_limit_s=120)
+    handle = driver.launch(workload)
+    assert driver.launch(workload) == handle  # idempotent: the same job, not a second one
+    status = _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED})
+    assert status.phase == Phase.SUCCEEDED, (status, driver.logs(handle, replica=0),
+                                             driver.logs(handle, replica=1))
+    assert [r.node for r in status.replicas] == ["n1", "n2"]
+    for rank in (0, 1):
+        assert f"rank {rank} of 2 uid {TENANT_UID} sum 3.0" in driver.logs(handle, replica=rank)
+    assert len(_slurm_jobs(slurm, handle)) == 1
+    job = _slurm_jobs(slurm, handle)[0]
+    assert job["user_id"] == TENANT_UID and job["time_limit"] == 2
+    folder = driver.root / "workloads" / handle
+    assert folder.stat().st_uid == TENANT_UID and folder.stat().st_mode & 0o777 == 0o700
+    launch = folder / "launch.json"
+    assert launch.stat().st_mode & 0o777 == 0o600
+    state = driver.root / "state" / f"{handle}.json"
+    assert state.stat().st_uid == os.getuid() and state.stat().st_mode & 0o777 == 0o600
+
+
+def test_secrets_reach_the_job_through_its_own_file_never_the_command_line(driver, slurm):
+    workload = _workload("job-2-a1", """
+        import os; print("token", os.environ["OGAI_TOKEN"] == "s3cret")
+    """, secret_env={"OGAI_TOKEN": "s3cret"})
+    handle = driver.launch(workload)
+    assert _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
+    assert "token True" in driver.logs(handle)
+    assert "s3cret" not in json.dumps(_slurm_jobs(slurm, handle))
+    assert "s3cret" not in (driver.root / "workloads" / handle / "batch.sh").read_text()
+
+
+def test_a_failing_rank_fails_the_workload_with_its_exit_code(driver):
+    handle = driver.launch(_workload("job-3-a1", "import sys; sys.exit(3)", gpus=0))
+    status = _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED})
+    assert status.phase == Phase.FAILED and status.exit_code == 3
+    assert status.reason == "exit code 3"
+
+
+def test_cancel_lets_the_job_write_its_checkpoint(driver, shared):
+    checkpoints = shared / "ckpt"
+    handle = driver.launch(_workload("job-4-a1", f"""
+        import signal, sys, time, pathlib
+        def save(signum, frame):
+            pathlib.Path({str(checkpoints)!r}, "step.txt").write_text("42")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, save)
+        print("training", flush=True)
+        time.sleep(600)
+    """, checkpoint_dir=str(checkpoints)))
+    deadline = time.monotonic() + 60
+    while "training" not in driver.logs(handle) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    driver.cancel(handle)
+    assert (checkpoints / "step.txt").read_text() == "42"
+    assert checkpoints.stat().st_uid == TENANT_UID
+    status = _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED})
+    assert status.phase != Phase.RUNNING
+    driver.cancel(handle)  # cancelling what has ended does nothing
+    driver.cancel("job-404-a1")
+
+
+def test_a_node_lost_mid_job_fails_the_job_and_names_the_node(driver, slurm):
+    handle = driver.launch(_workload("job-5-a1", "import time; print('up', flush=True); "
+                                     "time.sleep(600)", placement=("n2",)))
+    assert _wait(driver, handle, {Phase.RUNNING}).phase == Phase.RUNNING
+    n2 = _node_when(driver, "n2", lambda node: node.gpus_allocated == 1)
+    assert n2.gpus_allocated == 1 and n2.gpus_foreign == 0  # ours, not someone else's
+    slurm.lose_node("n2", reason="power supply")
+    try:
+        status = _wait(driver, handle, {Phase.FAILED, Phase.SUCCEEDED})
+        assert status.phase == Phase.FAILED
+        assert status.node_lost == "n2"
+        assert status.reason == "a node of its allocation failed"
+        n2 = next(node for node in driver.nodes() if node.name == "n2")
+        assert not n2.ready and not n2.schedulable and n2.reason == "power supply"
+    finally:
+        slurm.restore_node("n2")
+
+
+def test_drain_and_resume_are_slurms_own(driver, slurm):
+    driver.set_schedulable("n1", False, "health check gpu-burn failed")
+    n1 = next(node for node in driver.nodes() if node.name == "n1")
+    assert not n1.schedulable and n1.reason == "health check gpu-burn failed"
+    assert n1.labels[CORDONED_BY_PLATFORM] == "true"
+    raw = next(n for n in json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]
+               if n["name"] == "n1")
+    assert "DRAIN" in raw["state_flags"]
+    assert raw["reason"] == "ogai: health check gpu-burn failed"
+    driver.set_schedulable("n1", True)
+    # Slurm pings a resumed node before it takes work again.
+    assert _node_when(driver, "n1", lambda node: node.schedulable).schedulable
+
+
+def _node_when(driver, name, condition, timeout=45.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        node = next(node for node in driver.nodes() if node.name == name)
+        if condition(node) or time.monotonic() > deadline:
+            return node
+        time.sleep(0.5)
+
+
+def test_jobs_submitted_by_hand_count_in_the_inventory_and_are_never_taken_for_ours(
+        driver, slurm, tenant_accounts):
+    # A user's own job on n1, holding both its GPUs, named like a workload of ours.
+    out = slurm.run("sbatch", "--parsable", f"--uid={OTHER_UID}", f"--gid={OTHER_UID}",
+                    "--job-name=job-6-a1", "--nodelist=n1", "--gres=gpu:2", "--mem=100M",
+                    "--output=/dev/null", "--chdir=/tmp", "--wrap", "sleep 600").stdout
+    foreign = out.strip().split(";")[0]
+    try:
+        n1 = _node_when(driver, "n1", lambda node: node.gpus_allocated == 2)
+        assert n1.gpus_allocated == 2 and n1.gpus_foreign == 2
+        assert driver.status(["job-6-a1"])["job-6-a1"].phase == Phase.MISSING
+        driver.cancel("job-6-a1")  # not ours: nothing happens to it
+        assert _slurm_jobs(slurm, "job-6-a1")[0]["job_state"] == "RUNNING"
+    finally:
+        slurm.run("scancel", foreign, check=False)
+
+
+def test_a_tenants_work_without_an_account_is_refused(driver):
+    workload = _workload("job-7-a1", "print(1)")
+    with pytest.raises(DriverError, match="names no cluster account"):
+        driver.launch(Workload(**{**workload.__dict__, "run_as": None}))
+
+
+def test_a_shared_path_the_tenant_cannot_reach_is_refused_in_plain_words(
+        slurm, tenant_accounts, shared):
+    private = shared / "private"
+    private.mkdir(mode=0o700)
+    driver = SlurmDriver(cluster="hpc", options={"slurm_conf": str(slurm.conf),
+                                                 "shared_dir": str(private / "cluster")})
+    with pytest.raises(DriverError, match=f"{private} is mode 0700"):
+        driver.launch(_workload("job-9-a1", "print(1)"))
+    assert _slurm_jobs(slurm, "job-9-a1") == []
+
+
+def test_what_a_launch_would_run_is_shown_without_submitting(driver, slurm):
+    text = driver.render(_workload("job-8-a1", "print(1)", replicas=2, placement=("n1", "n2"),
+                                   time_limit_s=3600))
+    assert "--nodelist=n1,n2" in text and "--ntasks-per-node=1" in text
+    assert "--gres=gpu:1" in text and "--time=60" in text and f"--uid={TENANT_UID}" in text
+    assert _slurm_jobs(slurm, "job-8-a1") == []
+    assert not Path(driver.root / "workloads" / "job-8-a1").exists()

@@ -1,0 +1,238 @@
+"""Jobs on a real Slurm through the platform: a tenant's queue on a registered Slurm cluster,
+a real Celery worker scheduling, launching and reconciling, and the platform's cordons
+followed by Slurm's own drain."""
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from aistation.choices import FINAL_STATES, JobState
+from aistation.services.jobs import job_cancel, job_submit
+from aistation.services.queues import queue_create
+from aistation.services.workloads import tenant_uid
+from podsys.models import Cluster, Node
+from podsys.services.clusters import (
+    cluster_check_connection,
+    cluster_create,
+    cluster_sync_nodes,
+    node_set_schedulable,
+)
+from tests.slurm_cluster import SlurmCluster, posix_accounts, shared_folder
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    with SlurmCluster.temporary() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def shared():
+    with shared_folder() as folder:
+        yield folder
+
+
+@pytest.fixture
+def hpc(world, slurm, shared):
+    cluster = cluster_create(actor=world.operator, name="hpc", driver="slurm", options={
+        "slurm_conf": str(slurm.conf), "shared_dir": str(shared), "grace_s": 10})
+    cluster_sync_nodes(cluster=cluster)
+    with posix_accounts(tenant_uid(world.alpha.pk)):
+        yield cluster
+
+
+def _wait(job, condition, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if condition(job):
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job.pk} stuck in {job.state}: {job.reason}")
+
+
+ALL_REDUCE = textwrap.dedent("""
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    tensor = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(tensor)
+    print(f"rank {dist.get_rank()} on {os.environ['SLURMD_NODENAME']} sum {tensor.item()}",
+          flush=True)
+    dist.destroy_process_group()
+""")
+
+
+def test_registration_refuses_options_it_cannot_use_in_plain_words(world, slurm):
+    with pytest.raises(ValidationError) as refused:
+        cluster_create(actor=world.operator, name="hpc2", driver="slurm",
+                       options={"slurm_conf": "/nowhere/slurm.conf"})
+    assert "is not a file here" in str(refused.value)
+    with pytest.raises(ValidationError, match="Unknown slurm option kubeconfig"):
+        cluster_create(actor=world.operator, name="hpc2", driver="slurm",
+                       options={"kubeconfig": "x"})
+    with pytest.raises(ValidationError, match="shared_dir must be an absolute path"):
+        cluster_create(actor=world.operator, name="hpc2", driver="slurm",
+                       options={"shared_dir": "relative"})
+    assert not Cluster.objects.filter(name="hpc2").exists()
+
+
+def test_the_connection_check_speaks_plainly(world, hpc):
+    report = cluster_check_connection(actor=world.operator, cluster=hpc)
+    assert report.ok
+    assert "2 nodes, 4 GPUs, partitions batch; accounting on" in report.message
+    assert {node.name: node.gpus for node in hpc.nodes.all()} == {"n1": 2, "n2": 2}
+
+
+def test_a_two_node_torch_job_runs_as_the_tenant_with_its_ranks_logs_on_the_job_page(
+        api, world, hpc, slurm, celery_worker_process):
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=hpc)
+    job = job_submit(actor=world.alpha_member, tenant=world.alpha, queue=queue, name="ddp",
+                     command=[sys.executable, "-c", ALL_REDUCE], replicas=2,
+                     gpus_per_replica=2, memory_mib_per_replica=512)
+    job = _wait(job, lambda j: j.state in FINAL_STATES)
+    client = api.as_user(world.alpha_member)
+    texts = [client.get(f"/api/v1/aistation/jobs/{job.pk}/logs/?replica={rank}").json()["text"]
+             for rank in (0, 1)]
+    assert job.state == JobState.SUCCEEDED, (job.reason, texts)
+    attempt = job.attempts.get()
+    assert sorted(attempt.placement) == ["n1", "n2"]  # 2 GPUs each: one rank per node
+    assert "rank 0 on" in texts[0] and "sum 3.0" in texts[0]
+    assert "rank 1 on" in texts[1] and "sum 3.0" in texts[1]
+    # Slurm ran it as the tenant's account, under the workload's name.
+    ran = [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
+           if j["name"] == attempt.workload_id]
+    assert [j["user_id"] for j in ran] == [tenant_uid(world.alpha.pk)]
+
+
+RESUMES = textwrap.dedent("""
+    import os, pathlib, time
+    step = pathlib.Path(os.environ["OGAI_CHECKPOINT_DIR"], "step")
+    node = os.environ["SLURMD_NODENAME"]
+    if step.exists():
+        print(f"attempt {os.environ['OGAI_ATTEMPT']} on {node} resumed from {step.read_text()}")
+    else:
+        step.write_text("5")
+        print(f"attempt {os.environ['OGAI_ATTEMPT']} on {node} saved step 5", flush=True)
+        time.sleep(600)
+""")
+
+
+def test_a_node_lost_mid_job_retries_on_the_other_node_from_the_checkpoint(
+        api, world, hpc, slurm, celery_worker_process):
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=hpc)
+    job = job_submit(actor=world.alpha_member, tenant=world.alpha, queue=queue, name="resume",
+                     command=[sys.executable, "-c", RESUMES], gpus_per_replica=1,
+                     memory_mib_per_replica=256, max_restarts=1)
+    client = api.as_user(world.alpha_member)
+
+    def logs():
+        return client.get(f"/api/v1/aistation/jobs/{job.pk}/logs/").json()["text"]
+
+    job = _wait(job, lambda j: j.state == JobState.RUNNING)
+    deadline = time.monotonic() + 60
+    while "saved step 5" not in logs() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    first = job.attempts.get().placement[0]
+    slurm.lose_node(first, reason="lost in test")
+    try:
+        job = _wait(job, lambda j: j.state in FINAL_STATES, timeout=120)
+        assert job.state == JobState.SUCCEEDED, job.reason
+        second = job.attempts.order_by("number").last()
+        assert second.number == 2 and second.placement[0] != first
+        assert f"attempt 2 on {second.placement[0]} resumed from 5" in logs()
+    finally:
+        slurm.restore_node(first)
+
+
+def test_cancel_gives_the_job_its_grace_to_checkpoint(world, hpc, celery_worker_process):
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=hpc)
+    job = job_submit(actor=world.alpha_member, tenant=world.alpha, queue=queue, name="grace",
+                     command=[sys.executable, "-c", textwrap.dedent("""
+                         import os, pathlib, signal, sys, time
+                         def save(signum, frame):
+                             pathlib.Path(os.environ["OGAI_CHECKPOINT_DIR"], "saved").touch()
+                             sys.exit(0)
+                         signal.signal(signal.SIGTERM, save)
+                         print("training", flush=True)
+                         time.sleep(600)
+                     """)], memory_mib_per_replica=256)
+    job = _wait(job, lambda j: j.state == JobState.RUNNING)
+    workload = job.attempts.get().workload_id
+    folder = Path(hpc.options["shared_dir"], "workloads", workload)
+    deadline = time.monotonic() + 60
+    while not (folder / "replica-0.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    time.sleep(1)
+    job_cancel(actor=world.alpha_member, job=job)
+    job = _wait(job, lambda j: j.state in FINAL_STATES)
+    assert job.state == JobState.CANCELLED
+    saved = list(Path(hpc.options["shared_dir"], "data").glob("jobs/*/checkpoints/saved"))
+    deadline = time.monotonic() + 30
+    while not saved and time.monotonic() < deadline:
+        time.sleep(0.3)
+        saved = list(Path(hpc.options["shared_dir"], "data").glob("jobs/*/checkpoints/saved"))
+    assert len(saved) == 1
+
+
+def test_the_scheduler_places_around_a_job_submitted_by_hand(world, hpc, slurm,
+                                                              celery_worker_process):
+    # A user with shell access holds both GPUs of n1 with their own sbatch.
+    out = slurm.run("sbatch", "--parsable", "--job-name=by-hand", "--nodelist=n1",
+                    "--gres=gpu:2", "--mem=100M", "--output=/dev/null", "--chdir=/tmp",
+                    "--wrap", "sleep 600").stdout
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            cluster_sync_nodes(cluster=hpc)
+            if Node.objects.get(cluster=hpc, name="n1").gpus_foreign == 2:
+                break
+            time.sleep(0.3)
+        assert Node.objects.get(cluster=hpc, name="n1").gpus_foreign == 2
+        queue = queue_create(actor=world.operator, tenant=world.alpha, name="default",
+                             cluster=hpc)
+        jobs = [job_submit(actor=world.alpha_member, tenant=world.alpha, queue=queue,
+                           name=f"two-{i}", command=[sys.executable, "-c", "print(1)"],
+                           gpus_per_replica=2, memory_mib_per_replica=256) for i in range(2)]
+        for job in jobs:
+            job = _wait(job, lambda j: j.state in FINAL_STATES)
+            assert job.state == JobState.SUCCEEDED, job.reason
+            assert job.attempts.get().placement == ["n2"]
+    finally:
+        slurm.run("scancel", out.strip().split(";")[0], check=False)
+
+
+def test_a_cordon_drains_the_node_in_slurm_and_uncordon_resumes_it(world, hpc, slurm):
+    node = Node.objects.get(cluster=hpc, name="n1")
+    node_set_schedulable(actor=world.operator, node=node, schedulable=False,
+                         reason="bad DIMM")
+    cluster_sync_nodes(cluster=hpc)
+    sinfo = {n.name: n for n in hpc.nodes.all()}
+    assert not sinfo["n1"].schedulable and sinfo["n1"].health_reason == "bad DIMM"
+    assert _slurm_node(slurm, "n1")["reason"] == "ogai: bad DIMM"
+    node.refresh_from_db()
+    node_set_schedulable(actor=world.operator, node=node, schedulable=True)
+    cluster_sync_nodes(cluster=hpc)
+    assert "DRAIN" not in _slurm_node(slurm, "n1")["state_flags"]
+    node.refresh_from_db()
+    assert node.schedulable
+    # A drain an administrator set in Slurm is theirs: the platform keeps off, lifts nothing.
+    slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=firmware update")
+    try:
+        cluster_sync_nodes(cluster=hpc)
+        n2 = Node.objects.get(cluster=hpc, name="n2")
+        assert not n2.schedulable and n2.health_reason == "firmware update"
+        assert _slurm_node(slurm, "n2")["reason"] == "firmware update"
+    finally:
+        slurm.run("scontrol", "update", "nodename=n2", "state=resume")
+
+
+def _slurm_node(slurm, name):
+    return next(n for n in json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]
+                if n["name"] == name)
