@@ -15,6 +15,7 @@ from aistation.choices import FINAL_STATES, JobState
 from aistation.services.jobs import job_cancel, job_submit
 from aistation.services.queues import queue_create
 from aistation.services.workloads import tenant_uid
+from infra_os.models import UsageRecord
 from podsys.models import Cluster, Node
 from podsys.services.clusters import (
     cluster_check_connection,
@@ -109,6 +110,15 @@ def test_a_two_node_torch_job_runs_as_the_tenant_with_its_ranks_logs_on_the_job_
     ran = [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
            if j["name"] == attempt.workload_id]
     assert [j["user_id"] for j in ran] == [tenant_uid(world.alpha.pk)]
+    # Billed as Slurm accounts it: sacct's elapsed time times the GPUs it allocated.
+    [record] = json.loads(slurm.run("sacct", "--json", "--jobs", str(ran[0]["job_id"]),
+                                    "--starttime", "1970-01-01T00:00:00").stdout)["jobs"]
+    gpus = sum(t["count"] for t in record["tres"]["allocated"] if t["name"] == "gpu")
+    assert gpus == 4
+    usage = UsageRecord.objects.get(source=f"job {job.pk} attempt 1")
+    assert usage.gpus == 4
+    assert usage.gpu_seconds == record["time"]["elapsed"] * gpus
+    assert usage.started_at.timestamp() == record["time"]["start"]
 
 
 RESUMES = textwrap.dedent("""

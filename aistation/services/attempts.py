@@ -2,7 +2,7 @@
 retries and backoff, time limit), with the usage it cost."""
 
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -15,7 +15,7 @@ from aistation.services.workloads import attempt_workload
 from aistation.triggers import request_cycle_after
 from infra_os.services.usage import usage_record_create
 from ogai.bulk import bulk_set
-from podsys.drivers.base import DriverError
+from podsys.drivers.base import DriverError, WorkloadUsage
 from podsys.models import Cluster, Node
 from podsys.runtime import driver_for
 
@@ -23,19 +23,35 @@ logger = logging.getLogger(__name__)
 MAX_BACKOFF_S = 600
 
 
-def attempt_record_usage(attempt: Attempt, ended_at: datetime) -> None:
+def attempt_record_usage(attempt: Attempt, ended_at: datetime,
+                         measured: WorkloadUsage | None = None) -> None:
+    """Bill the attempt: by the cluster's own accounting where it has it (`measured`: what
+    Slurm's sacct says ran), else by the platform's start and end times."""
     job = attempt.job
+    if measured is not None:
+        usage_record_create(
+            tenant=job.tenant, kind="job", source=f"job {job.pk} attempt {attempt.number}",
+            gpus=measured.gpus, cpu_cores=measured.cpu_cores, gpu_model=_gpu_model(attempt),
+            started_at=datetime.fromtimestamp(measured.started_at, tz=UTC),
+            ended_at=datetime.fromtimestamp(measured.ended_at, tz=UTC),
+        )
+        return
     if attempt.started_at is None:
         return
+    usage_record_create(
+        tenant=job.tenant, kind="job", source=f"job {job.pk} attempt {attempt.number}",
+        gpus=job.gpus, cpu_cores=job.cpu_per_replica * job.replicas,
+        gpu_model=_gpu_model(attempt), started_at=attempt.started_at, ended_at=ended_at,
+    )
+
+
+def _gpu_model(attempt: Attempt) -> str:
+    job = attempt.job
     model = job.gpu_model
     if job.gpus_per_replica and not model and attempt.placement:
         model = Node.objects.filter(cluster_id=attempt.cluster_id, name=attempt.placement[0]) \
             .values_list("gpu_model", flat=True).first() or ""
-    usage_record_create(
-        tenant=job.tenant, kind="job", source=f"job {job.pk} attempt {attempt.number}",
-        gpus=job.gpus, cpu_cores=job.cpu_per_replica * job.replicas, gpu_model=model,
-        started_at=attempt.started_at, ended_at=ended_at,
-    )
+    return model
 
 
 def attempt_requeue(attempt: Attempt, *, now: datetime, why: str, queued_reason: str) -> bool:
@@ -149,7 +165,8 @@ def retry_delay(restarts: int) -> timedelta:
 
 @transaction.atomic
 def attempt_end(attempt: Attempt, *, failed: bool, exit_code: int | None, reason: str,
-                node_lost: str = "", retry: bool = True) -> Job:
+                node_lost: str = "", retry: bool = True,
+                measured: WorkloadUsage | None = None) -> Job:
     """The attempt ended on its own (or the cluster lost it). A failure is retried while the
     job has restarts left, after a backoff and away from a node that was lost under it."""
     now = timezone.now()
@@ -161,7 +178,7 @@ def attempt_end(attempt: Attempt, *, failed: bool, exit_code: int | None, reason
     attempt.state = AttemptState.FAILED if failed else AttemptState.SUCCEEDED
     attempt.finished_at, attempt.exit_code, attempt.reason = now, exit_code, reason
     attempt.save(update_fields=["state", "finished_at", "exit_code", "reason"])
-    attempt_record_usage(attempt, now)
+    attempt_record_usage(attempt, now, measured)
     if attempt.started_at:
         job.attained_gpu_s += job.gpus * (now - attempt.started_at).total_seconds()
     job.placement, job.borrowed, job.exit_code = [], False, exit_code

@@ -15,7 +15,7 @@ from aistation.services.attempts import (
     attempts_launch,
     attempts_stop,
 )
-from podsys.drivers.base import Phase
+from podsys.drivers.base import DriverError, Phase, WorkloadUsage
 from podsys.models import Cluster
 from podsys.runtime import driver_for
 
@@ -54,7 +54,8 @@ def reconcile_cluster(*, cluster: Cluster) -> ReconcileResult:
                     .select_related("job", "job__tenant", "cluster"))
     if not attempts:
         return result
-    statuses = driver_for(cluster).status([attempt.workload_id for attempt in attempts])
+    driver = driver_for(cluster)
+    statuses = driver.status([attempt.workload_id for attempt in attempts])
     now = timezone.now()
     grace = timedelta(seconds=settings.OGAI_LAUNCH_GRACE_S)
     to_launch = []
@@ -77,7 +78,7 @@ def reconcile_cluster(*, cluster: Cluster) -> ReconcileResult:
             failed = status.phase == Phase.FAILED
             attempt_end(attempt, failed=failed, exit_code=status.exit_code,
                         reason=status.reason or ("failed" if failed else "succeeded"),
-                        node_lost=status.node_lost)
+                        node_lost=status.node_lost, measured=_measured(driver, attempt))
             result.ended += 1
         elif status.phase == Phase.RUNNING and attempt.state == AttemptState.LAUNCHING:
             to_launch.append(attempt)  # running, but its launch was never recorded
@@ -89,6 +90,15 @@ def reconcile_cluster(*, cluster: Cluster) -> ReconcileResult:
     attempts_launch(cluster, to_launch)
     result.relaunched = len(to_launch)
     return result
+
+
+def _measured(driver, attempt) -> WorkloadUsage | None:
+    """What the cluster's accounting says the attempt used, read before its end is recorded
+    (outside that transaction); the platform's own times where it keeps none."""
+    try:
+        return driver.usage(attempt.workload_id)
+    except DriverError:
+        return None
 
 
 def _past_time_limit(attempt: Attempt, now) -> bool:

@@ -175,6 +175,17 @@ class WorkloadStatus:
     node_lost: str = ""
 
 
+@dataclass(frozen=True)
+class WorkloadUsage:
+    """What the cluster's own accounting says a finished workload held (Slurm's `sacct`):
+    when it started and ended (epoch seconds) and the GPUs and CPU cores allocated to it."""
+
+    started_at: float
+    ended_at: float
+    gpus: int
+    cpu_cores: float
+
+
 class DriverError(Exception):
     """The cluster refused or failed; the message is for people."""
 
@@ -249,6 +260,12 @@ class ClusterDriver(ABC):
         see `podsys.metric_names`), where the driver can read them itself; None where it
         cannot, and the platform scrapes the nodes (the cluster's `metrics_url` option) or
         queries Prometheus instead."""
+        return None
+
+    def usage(self, handle: str) -> WorkloadUsage | None:
+        """The finished workload's usage as the cluster accounts it, so the platform bills
+        what the cluster says ran; None where the cluster keeps no accounting (the platform
+        then bills from its own times)."""
         return None
 
     def set_schedulable(self, node: str, schedulable: bool, reason: str = "") -> None:

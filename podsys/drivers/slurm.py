@@ -46,6 +46,7 @@ from podsys.drivers.base import (
     ReplicaStatus,
     Workload,
     WorkloadStatus,
+    WorkloadUsage,
 )
 from podsys.drivers.common import (
     check_workload_id,
@@ -76,6 +77,9 @@ FAILED_REASONS = {
     "PREEMPTED": "preempted in Slurm",
     "REVOKED": "revoked by Slurm",
 }
+# How often, and how far apart, `usage` asks sacct for a job's end before it gives up.
+ACCOUNTING_TRIES = 5
+ACCOUNTING_WAIT_S = 0.4
 # Node states and flags that take a node out of service.
 DOWN_STATES = frozenset({"down", "unknown", "future", "error"})
 UNSCHEDULABLE_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING",
@@ -499,6 +503,27 @@ class SlurmDriver(ClusterDriver):
                 return (lost or allocated)[0]
         return ""
 
+    # Accounting -----------------------------------------------------------------------------
+
+    def usage(self, handle: str) -> WorkloadUsage | None:
+        """`sacct`'s record of the workload's job: its start and end and the GPUs and CPUs
+        allocated (TRES), once slurmdbd has its end (it follows the job's end by moments)."""
+        state = self._load(handle)
+        if state is None:
+            return None
+        for attempt in range(ACCOUNTING_TRIES):
+            try:
+                records = self.cli.accounted([int(state["job_id"])])
+            except DriverError:
+                return None  # accounting off, or slurmdbd away: the platform's own times
+            for record in records:
+                usage = _usage_of(record)
+                if usage is not None:
+                    return usage
+            if attempt + 1 < ACCOUNTING_TRIES:
+                time.sleep(ACCOUNTING_WAIT_S)
+        return None
+
     # Cancel and logs ------------------------------------------------------------------------
 
     def cancel(self, handle: str) -> None:
@@ -567,3 +592,16 @@ def _check_reachable(path: Path, uid: int, workload_id: str) -> None:
                 f"workload {workload_id}: {parent} is mode {info.st_mode & 0o777:04o}, so the "
                 "tenant's cluster account cannot reach its folders under it; the shared path "
                 "must let every account pass (mode o+x)")
+
+
+def _usage_of(record: dict[str, Any]) -> WorkloadUsage | None:
+    times = record.get("time") or {}
+    start, end = int(times.get("start") or 0), int(times.get("end") or 0)
+    if not start or not end:
+        return None
+    allocated = (record.get("tres") or {}).get("allocated") or []
+    gpus = sum(int(t.get("count") or 0) for t in allocated
+               if t.get("type") == "gres" and t.get("name") == "gpu")
+    cpus = sum(int(t.get("count") or 0) for t in allocated if t.get("type") == "cpu")
+    return WorkloadUsage(started_at=float(start), ended_at=float(end), gpus=gpus,
+                         cpu_cores=float(cpus))

@@ -105,6 +105,10 @@ def test_a_two_replica_torch_job_all_reduces_across_both_nodes_as_the_tenant(dri
     for rank in (0, 1):
         assert f"rank {rank} of 2 uid {TENANT_UID} sum 3.0" in driver.logs(handle, replica=rank)
     assert len(_slurm_jobs(slurm, handle)) == 1
+    usage = driver.usage(handle)  # sacct's: one GPU on each of two nodes
+    assert usage is not None and usage.gpus == 2 and usage.cpu_cores == 2
+    assert usage.ended_at >= usage.started_at > 0
+    assert driver.usage("job-404-a1") is None
     job = _slurm_jobs(slurm, handle)[0]
     assert job["user_id"] == TENANT_UID and job["time_limit"] == 2
     folder = driver.root / "workloads" / handle
