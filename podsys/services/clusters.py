@@ -16,7 +16,12 @@ from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
 from podsys.choices import CordonSource, NodeHealth
 from podsys.drivers import local_environments
-from podsys.drivers.base import CORDONED_BY_PLATFORM, ConnectionReport, DriverError
+from podsys.drivers.base import (
+    CORDONED_BY_PLATFORM,
+    ClusterDriver,
+    ConnectionReport,
+    DriverError,
+)
 from podsys.drivers.kube_manifests import KubeOptions
 from podsys.health import NODE_LABEL_PREFIX
 from podsys.models import Cluster, Node
@@ -184,6 +189,8 @@ def _mirror_cordons(cluster: Cluster, driver, reported: list) -> list:
     cordoned there and has since returned to service is uncordoned. A node held only while
     an exclusive health check runs stays open there: the check itself runs on it. Returns what
     the driver reports afterwards."""
+    if type(driver).set_schedulable is ClusterDriver.set_schedulable:
+        return reported  # the cluster keeps no cordons of its own
     wanted = {
         node.name: node.health_reason
         for node in cluster.nodes.filter(schedulable=False).exclude(
