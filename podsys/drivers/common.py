@@ -12,6 +12,7 @@ from podsys.drivers.base import (
     EnvironmentInfo,
     Phase,
     ReplicaStatus,
+    Workload,
     WorkloadStatus,
 )
 
@@ -29,6 +30,18 @@ def check_workload_id(workload_id: str) -> None:
             f"invalid workload id {workload_id!r}: it must be a DNS-1123 label "
             "(lower-case letters, digits and '-', at most 63 characters)"
         )
+
+
+def check_workload_shape(workload: Workload) -> None:
+    """What every driver refuses: no replicas, no command, a placement that does not name a
+    node for each replica."""
+    if workload.replicas < 1:
+        raise DriverError(f"workload {workload.id} has {workload.replicas} replicas")
+    if not workload.command:
+        raise DriverError(f"workload {workload.id} has no command")
+    if workload.placement and len(workload.placement) != workload.replicas:
+        raise DriverError(f"workload {workload.id} places {len(workload.placement)} replicas "
+                          f"but has {workload.replicas}")
 
 
 def exit_reason(exit_code: int) -> str:

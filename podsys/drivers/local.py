@@ -53,6 +53,7 @@ from podsys.drivers.base import (
 )
 from podsys.drivers.common import (
     check_workload_id,
+    check_workload_shape,
     finished_replica,
     is_valid_workload_id,
     missing,
@@ -372,15 +373,7 @@ class LocalDriver(ClusterDriver):
         return workload.id
 
     def _validate(self, workload: Workload) -> None:
-        if workload.replicas < 1:
-            raise DriverError(f"workload {workload.id} has {workload.replicas} replicas")
-        if not workload.command:
-            raise DriverError(f"workload {workload.id} has no command")
-        if workload.placement and len(workload.placement) != workload.replicas:
-            raise DriverError(
-                f"workload {workload.id} places {len(workload.placement)} replicas "
-                f"but has {workload.replicas}"
-            )
+        check_workload_shape(workload)
         elsewhere = sorted({node for node in workload.placement if node != self.node_name})
         if elsewhere:
             raise DriverError(

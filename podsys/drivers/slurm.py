@@ -50,6 +50,7 @@ from podsys.drivers.base import (
 )
 from podsys.drivers.common import (
     check_workload_id,
+    check_workload_shape,
     finished_replica,
     is_valid_workload_id,
     missing,
@@ -258,7 +259,7 @@ class SlurmDriver(ClusterDriver):
 
     def launch(self, workload: Workload) -> str:
         check_workload_id(workload.id)
-        self._validate(workload)
+        check_workload_shape(workload)
         workload = self._on_shared_path(workload)
         with self._locked():
             if self._load(workload.id) is not None:
@@ -278,15 +279,6 @@ class SlurmDriver(ClusterDriver):
                 "submitted_at": time.time(), "script": script,
             })
         return workload.id
-
-    def _validate(self, workload: Workload) -> None:
-        if workload.replicas < 1:
-            raise DriverError(f"workload {workload.id} has {workload.replicas} replicas")
-        if not workload.command:
-            raise DriverError(f"workload {workload.id} has no command")
-        if workload.placement and len(workload.placement) != workload.replicas:
-            raise DriverError(f"workload {workload.id} places {len(workload.placement)} "
-                              f"replicas but has {workload.replicas}")
 
     def _account(self, workload: Workload) -> int:
         """The uid the job runs as: the tenant's cluster account; root only for the
@@ -557,7 +549,7 @@ class SlurmDriver(ClusterDriver):
 
     def render(self, workload: Workload) -> str:
         check_workload_id(workload.id)
-        self._validate(workload)
+        check_workload_shape(workload)
         folder = self._folder(workload.id)
         args = self._sbatch_args(workload, folder, workload.run_as or os.getuid())
         return "sbatch " + shlex.join(args) + "\n"
