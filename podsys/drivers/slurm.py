@@ -24,6 +24,7 @@ import fcntl
 import json
 import math
 import os
+import secrets
 import shlex
 import sys
 import time
@@ -61,6 +62,8 @@ from podsys.drivers.slurm_cli import SlurmCli, SlurmJob, SlurmNode, expand_hostl
 from podsys.drivers.slurm_launcher import LAUNCH_FILE
 
 LAUNCHER = "podsys.drivers.slurm_launcher"
+# Begins the comment of every job the platform submits; its submission's token follows.
+COMMENT_PREFIX = "ogai:"
 # Begins the reason of a drain the platform set, so it is told from an administrator's.
 DRAIN_PREFIX = "ogai: "
 # Slurm's states, as the platform's phases.
@@ -149,7 +152,8 @@ class SlurmDriver(ClusterDriver):
         if not is_valid_workload_id(handle):
             return None
         state = read_json(self._state_path(handle))
-        return state if isinstance(state, dict) else None
+        # A submission not recorded yet is not a workload until the next launch adopts it.
+        return state if isinstance(state, dict) and "job_id" in state else None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -262,23 +266,48 @@ class SlurmDriver(ClusterDriver):
         check_workload_shape(workload)
         workload = self._on_shared_path(workload)
         with self._locked():
-            if self._load(workload.id) is not None:
+            state = read_json(self._state_path(workload.id))
+            if isinstance(state, dict) and "job_id" in state:
                 return workload.id
             uid = self._account(workload)
+            if isinstance(state, dict) and self._adopt(workload.id, state, uid):
+                return workload.id
             folder = self._prepare(workload, uid)
+            if isinstance(state, dict):
+                # What a submission never adopted left (a job no longer ours, or never run).
+                for stale in (*folder.glob("replica-*"), folder / "batch.log"):
+                    stale.unlink(missing_ok=True)
             script = self._batch_script(workload, folder)
-            args = self._sbatch_args(workload, folder, uid)
+            # Written before `sbatch`: had the platform stopped between the submission and
+            # its record, the next launch finds the job by this token instead of submitting
+            # it twice.
+            token = secrets.token_hex(16)
+            state = {"id": workload.id, "uid": uid, "replicas": workload.replicas,
+                     "token": token, "script": script}
+            write_json(self._state_path(workload.id), state)
+            args = self._sbatch_args(workload, folder, uid, token)
             result = self.cli.run("sbatch", *args, check=False, timeout=120)
             if result.returncode != 0:
+                self._state_path(workload.id).unlink(missing_ok=True)
                 lines = (result.stderr or result.stdout).strip().splitlines()
                 raise DriverError(f"Slurm refused workload {workload.id}: "
                                   f"{lines[-1] if lines else result.returncode}")
-            job_id = int(result.stdout.strip().split(";")[0])
-            write_json(self._state_path(workload.id), {
-                "id": workload.id, "job_id": job_id, "uid": uid, "replicas": workload.replicas,
-                "submitted_at": time.time(), "script": script,
-            })
+            self._record(workload.id, {**state, "job_id": int(result.stdout.strip()
+                                                               .split(";")[0])})
         return workload.id
+
+    def _record(self, handle: str, state: dict) -> None:
+        write_json(self._state_path(handle), {**state, "submitted_at": time.time()})
+
+    def _adopt(self, handle: str, state: dict, uid: int) -> bool:
+        """A submission whose record was never written: the job named after the workload,
+        run by its account and carrying its token (which only root's state knows), is it."""
+        comment = f"{COMMENT_PREFIX}{state.get('token', '')}"
+        for job in self.cli.jobs([handle]):
+            if job.comment == comment and job.user_id == uid:
+                self._record(handle, {**state, "job_id": job.job_id})
+                return True
+        return False
 
     def _account(self, workload: Workload) -> int:
         """The uid the job runs as: the tenant's cluster account; root only for the
@@ -331,10 +360,12 @@ class SlurmDriver(ClusterDriver):
         nodes = list(dict.fromkeys(workload.placement))
         return nodes, Counter(workload.placement)
 
-    def _sbatch_args(self, workload: Workload, folder: Path, uid: int) -> list[str]:
+    def _sbatch_args(self, workload: Workload, folder: Path, uid: int,
+                     token: str = "") -> list[str]:
         res = workload.resources
         cpus = max(1, math.ceil(res.cpu_cores))
         args = ["--parsable", f"--job-name={workload.id}", f"--uid={uid}", f"--gid={uid}",
+                f"--comment={COMMENT_PREFIX}{token}",
                 f"--chdir={folder}", f"--output={folder}/batch.log", "--export=NONE",
                 "--no-requeue", f"--ntasks={workload.replicas}", f"--cpus-per-task={cpus}"]
         if self.partition:

@@ -42,6 +42,7 @@ class SlurmJob:
     reason: str
     # GPUs it holds on each node of its allocation, in `nodes` order (squeue's gres_detail).
     gpus_per_node: tuple[int, ...] = ()
+    comment: str = ""
 
 
 def gres_gpus(text: str) -> tuple[int, str]:
@@ -152,6 +153,7 @@ class SlurmCli:
                 reason=str(job.get("state_reason") or ""),
                 gpus_per_node=tuple(gres_gpus(detail)[0]
                                     for detail in job.get("gres_detail") or []),
+                comment=str(job.get("comment") or ""),
             ))
         return found
 

@@ -242,3 +242,53 @@ def test_what_a_launch_would_run_is_shown_without_submitting(driver, slurm):
     assert "--gres=gpu:1" in text and "--time=60" in text and f"--uid={TENANT_UID}" in text
     assert _slurm_jobs(slurm, "job-8-a1") == []
     assert not Path(driver.root / "workloads" / "job-8-a1").exists()
+
+
+def test_a_launch_cut_short_after_sbatch_is_adopted_not_submitted_twice(
+        driver, slurm, monkeypatch):
+    class Stopped(Exception):
+        pass
+
+    def stop(self, handle, state):
+        raise Stopped  # the platform's worker died before it recorded the job id
+
+    workload = _workload("job-10-a1", "print('once', flush=True)")
+    with monkeypatch.context() as patched:
+        patched.setattr(SlurmDriver, "_record", stop)
+        with pytest.raises(Stopped):
+            driver.launch(workload)
+    assert len(_slurm_jobs(slurm, "job-10-a1")) == 1
+    assert driver.status(["job-10-a1"])["job-10-a1"].phase == Phase.MISSING
+
+    # The reconcile launches it again: the running job is found, nothing is resubmitted.
+    assert driver.launch(workload) == "job-10-a1"
+    assert _wait(driver, "job-10-a1", {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
+    assert len(_slurm_jobs(slurm, "job-10-a1")) == 1
+    assert driver.logs("job-10-a1").strip() == "once"
+
+
+def test_a_job_forged_with_a_cut_short_launchs_name_and_comment_is_not_adopted(
+        driver, slurm, monkeypatch):
+    def stop(self, handle, state):
+        raise RuntimeError("stopped")
+
+    workload = _workload("job-11-a1", "import time; time.sleep(3); print('ours', flush=True)")
+    with monkeypatch.context() as patched:
+        patched.setattr(SlurmDriver, "_record", stop)
+        with pytest.raises(RuntimeError):
+            driver.launch(workload)
+    ours = _slurm_jobs(slurm, "job-11-a1")[0]
+    # Another account copies what squeue shows of it (its name and comment) into its own job,
+    # submitted before the platform comes back.
+    forged = slurm.run("sbatch", "--parsable", f"--uid={OTHER_UID}", f"--gid={OTHER_UID}",
+                       "--job-name=job-11-a1", f"--comment={ours['comment']}", "--mem=100M",
+                       "--output=/dev/null", "--chdir=/tmp", "--wrap", "sleep 600").stdout
+    try:
+        driver.launch(workload)
+        assert driver._load("job-11-a1")["job_id"] == ours["job_id"]
+        assert _wait(driver, "job-11-a1", {Phase.SUCCEEDED, Phase.FAILED}).phase == \
+            Phase.SUCCEEDED
+        assert driver.logs("job-11-a1").strip() == "ours"
+        assert len(_slurm_jobs(slurm, "job-11-a1")) == 2  # ours, once, and the forgery
+    finally:
+        slurm.run("scancel", forged.strip().split(";")[0], check=False)
