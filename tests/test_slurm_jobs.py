@@ -161,7 +161,8 @@ def test_a_node_lost_mid_job_retries_on_the_other_node_from_the_checkpoint(
         slurm.restore_node(first)
 
 
-def test_cancel_gives_the_job_its_grace_to_checkpoint(world, hpc, celery_worker_process):
+def test_cancel_gives_the_job_its_grace_to_checkpoint_and_bills_what_sacct_says_ran(
+        world, hpc, slurm, celery_worker_process):
     queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=hpc)
     job = job_submit(actor=world.alpha_member, tenant=world.alpha, queue=queue, name="grace",
                      command=[sys.executable, "-c", textwrap.dedent("""
@@ -172,7 +173,7 @@ def test_cancel_gives_the_job_its_grace_to_checkpoint(world, hpc, celery_worker_
                          signal.signal(signal.SIGTERM, save)
                          print("training", flush=True)
                          time.sleep(600)
-                     """)], memory_mib_per_replica=256)
+                     """)], gpus_per_replica=1, memory_mib_per_replica=256)
     job = _wait(job, lambda j: j.state == JobState.RUNNING)
     workload = job.attempts.get().workload_id
     folder = Path(hpc.options["shared_dir"], "workloads", workload)
@@ -189,6 +190,18 @@ def test_cancel_gives_the_job_its_grace_to_checkpoint(world, hpc, celery_worker_
         time.sleep(0.3)
         saved = list(Path(hpc.options["shared_dir"], "data").glob("jobs/*/checkpoints/saved"))
     assert len(saved) == 1
+    # Stopped by the platform, billed as Slurm accounts it all the same.
+    deadline = time.monotonic() + 30
+    while not UsageRecord.objects.filter(source=f"job {job.pk} attempt 1").exists() \
+            and time.monotonic() < deadline:
+        time.sleep(0.3)
+    usage = UsageRecord.objects.get(source=f"job {job.pk} attempt 1")
+    [ran] = [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
+             if j["name"] == workload]
+    [record] = json.loads(slurm.run("sacct", "--json", "--jobs", str(ran["job_id"]),
+                                    "--starttime", "1970-01-01T00:00:00").stdout)["jobs"]
+    assert usage.gpus == 1 and usage.gpu_seconds == record["time"]["elapsed"]
+    assert usage.ended_at.timestamp() == record["time"]["end"]
 
 
 def test_the_scheduler_places_around_a_job_submitted_by_hand(world, hpc, slurm,

@@ -130,9 +130,20 @@ def attempts_stop(cluster: Cluster, attempts: list[Attempt]) -> None:
             logger.warning("Could not stop %s on %s", attempt.workload_id, cluster.name)
 
 
+def attempt_measured(driver, attempt: Attempt) -> WorkloadUsage | None:
+    """What the cluster's accounting says the attempt used, read before its end is recorded
+    (outside that transaction); the platform's own times where it keeps none."""
+    try:
+        return driver.usage(attempt.workload_id)
+    except DriverError:
+        return None
+
+
 def attempt_stop(attempt: Attempt, state: str, reason: str) -> None:
-    """Stop a live attempt whose job no longer wants it (cancelled)."""
+    """Stop a live attempt whose job no longer wants it (cancelled), billed as the cluster
+    accounts it where it does (cancel waits for the workload to stop)."""
     attempts_stop(attempt.cluster, [attempt])
+    measured = attempt_measured(driver_for(attempt.cluster), attempt)
     now = timezone.now()
     with transaction.atomic():
         attempt = Attempt.objects.select_for_update().select_related("job", "job__tenant") \
@@ -141,7 +152,7 @@ def attempt_stop(attempt: Attempt, state: str, reason: str) -> None:
             return
         attempt.state, attempt.finished_at, attempt.reason = state, now, reason
         attempt.save(update_fields=["state", "finished_at", "reason"])
-        attempt_record_usage(attempt, now)
+        attempt_record_usage(attempt, now, measured)
 
 
 def _nodes_to_avoid(job: Job, attempt: Attempt, node_lost: str) -> list[str]:

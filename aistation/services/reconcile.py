@@ -11,11 +11,12 @@ from aistation.choices import FINAL_STATES, LIVE_ATTEMPT_STATES, AttemptState
 from aistation.models import Attempt
 from aistation.services.attempts import (
     attempt_end,
+    attempt_measured,
     attempt_stop,
     attempts_launch,
     attempts_stop,
 )
-from podsys.drivers.base import DriverError, Phase, WorkloadUsage
+from podsys.drivers.base import Phase
 from podsys.models import Cluster
 from podsys.runtime import driver_for
 
@@ -78,7 +79,7 @@ def reconcile_cluster(*, cluster: Cluster) -> ReconcileResult:
             failed = status.phase == Phase.FAILED
             attempt_end(attempt, failed=failed, exit_code=status.exit_code,
                         reason=status.reason or ("failed" if failed else "succeeded"),
-                        node_lost=status.node_lost, measured=_measured(driver, attempt))
+                        node_lost=status.node_lost, measured=attempt_measured(driver, attempt))
             result.ended += 1
         elif status.phase == Phase.RUNNING and attempt.state == AttemptState.LAUNCHING:
             to_launch.append(attempt)  # running, but its launch was never recorded
@@ -90,15 +91,6 @@ def reconcile_cluster(*, cluster: Cluster) -> ReconcileResult:
     attempts_launch(cluster, to_launch)
     result.relaunched = len(to_launch)
     return result
-
-
-def _measured(driver, attempt) -> WorkloadUsage | None:
-    """What the cluster's accounting says the attempt used, read before its end is recorded
-    (outside that transaction); the platform's own times where it keeps none."""
-    try:
-        return driver.usage(attempt.workload_id)
-    except DriverError:
-        return None
 
 
 def _past_time_limit(attempt: Attempt, now) -> bool:
