@@ -409,14 +409,21 @@ class KubernetesDriver(ClusterDriver):
                          body=FOREGROUND)
 
     def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str:
-        by_workload, _, _ = self._owned()
+        by_workload, owners, _ = self._owned()
+        owner = owners.get(handle)
+        replicas = getattr(owner.spec, "completions", None) if owner is not None else None
+        if replicas is not None and not 0 <= replica < replicas:
+            raise DriverError(f"workload {handle} has no replica {replica}")
         pods = [pod for position, pod in enumerate(sorted(by_workload.get(handle, []),
                                                           key=_created))
                 if _pod_index(pod, position) == replica]
         if not pods:  # cleaned up: the logs kept before
             kept = self._kept_log(handle, replica)
-            return tail_lines(kept.read_text(errors="replace"), tail) \
-                if kept is not None and kept.exists() else ""
+            if kept is not None and kept.exists():
+                return tail_lines(kept.read_text(errors="replace"), tail)
+            if owner is None and handle not in by_workload:
+                raise DriverError(f"no workload {handle!r} on cluster {self.cluster}")
+            return ""  # not started yet
         return self._pod_log(handle, pods[-1], tail)
 
     def _pod_log(self, handle: str, pod: Any, tail: int | None) -> str:

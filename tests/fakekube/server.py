@@ -24,7 +24,8 @@ What it simulates:
 * the kubelet only as far as the test drives it: ``start_pods``, ``finish_pod``, ``oom``,
   ``crash_loop``, ``fail_image_pulls``, ``set_logs``; a container whose environment names a
   missing Secret or key waits in ``CreateContainerConfigError``, and ``container_env`` shows
-  the environment a started container gets.
+  the environment a started container gets. ``kubelet.py`` is a kubelet that runs the
+  containers' commands as processes of this machine, for tests that need real output.
 
 What it does not: watches, server-side apply, strategic merge patch semantics for lists (a
 strategic merge patch is applied as a JSON merge patch, so lists are replaced whole), ReplicaSets
