@@ -272,6 +272,9 @@ class SlurmCluster:
             "SlurmdDebug=info",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=30",
+            # Hundreds of jobs starting at once on a 2-core machine (the dispatch benchmark)
+            # keep a step's launch messages waiting longer than the default 10 s.
+            "MessageTimeout=30",
             "MinJobAge=300",
             "KillWait=30",
             "JobRequeue=1",
