@@ -115,16 +115,18 @@ class SlurmCluster:
         return self
 
     def _open_root(self) -> None:
-        """Jobs run as tenants' accounts, and the platform's Python is where this machine
-        keeps it, often under /root (mode 0700): its owner lets others pass through it (x,
-        not r) while the cluster runs, as a node's system Python would be reachable."""
-        self._root_mode = None
-        python = Path(sys.executable).resolve()
-        if Path("/root") in python.parents:
-            mode = Path("/root").stat().st_mode & 0o7777
-            if not mode & 0o001:
-                self._root_mode = mode
-                os.chmod("/root", mode | 0o001)
+        """Jobs run as tenants' accounts, and the platform's Python and code are where this
+        machine keeps them: often under /root or a checkout in a private temporary folder
+        (mode 0700). Their owner lets others pass through those folders (x, not r) while the
+        cluster runs, as a node's system Python would be reachable."""
+        self._opened: dict[Path, int] = {}
+        places = (Path(sys.executable), Path(sys.executable).resolve(),
+                  Path(__file__).resolve())
+        for folder in dict.fromkeys(parent for place in places for parent in place.parents):
+            mode = folder.stat().st_mode & 0o7777
+            if not mode & 0o001 and folder.stat().st_uid == os.getuid():
+                self._opened[folder] = mode
+                os.chmod(folder, mode | 0o001)
 
     def stop(self) -> None:
         for process in reversed(self._daemons):
@@ -139,9 +141,10 @@ class SlurmCluster:
         self._daemons.clear()
         # Job steps that outlived their slurmd (slurmstepd and what it ran).
         self._kill_processes()
-        if getattr(self, "_root_mode", None) is not None:
-            os.chmod("/root", self._root_mode)
-            self._root_mode = None
+        for folder, mode in getattr(self, "_opened", {}).items():
+            with contextlib.suppress(OSError):
+                os.chmod(folder, mode)
+        self._opened = {}
         if self.accounting:
             subprocess.run([*MYSQL, "-e", f"DROP DATABASE IF EXISTS `{self.database}`"],
                            check=False, capture_output=True)
