@@ -12,20 +12,13 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.files.base import ContentFile
-from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
 from aistation.services.jobs import job_cancel, job_submit
 from aistation.services.queues import queue_create
 from aistation.services.workloads import tenant_uid
 from infra_os.models import UsageRecord
-from mmodel.models import EvaluationResult
-from mmodel.services.evaluation import benchmark_create, evaluation_start
-from mmodel.tests.evaluation_fixtures import MC_DOCS, _version, jsonl
-from mmodel.tests.tiny import tiny_model
-from podsys.choices import CheckState
-from podsys.health.registry import health_checks
-from podsys.models import Cluster, HealthCheckRun, Node
+from podsys.models import Cluster, Node
 from podsys.services.clusters import (
     cluster_check_connection,
     cluster_create,
@@ -275,19 +268,6 @@ def _slurm_node(slurm, name):
                 if n["name"] == name)
 
 
-@pytest.fixture
-def checked(hpc):
-    """The nodes passed every health check just now, so none falls due while the toolchain's
-    longer runs go on (the beat's checks would otherwise hold the nodes for the exclusive ones
-    and fail the network one: this machine's nodes have no SSH for it to reach)."""
-    now = timezone.now()
-    HealthCheckRun.objects.bulk_create(
-        HealthCheckRun(node=node, check_name=name, severity=check.severity,
-                       state=CheckState.PASSED, started_at=now, finished_at=now)
-        for node in hpc.nodes.all() for name, check in health_checks().items())
-    return hpc
-
-
 def _wait_run(run, condition, what: str, timeout: float = 240.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -305,12 +285,12 @@ def _wait_run(run, condition, what: str, timeout: float = 240.0):
 
 
 def test_a_pipeline_then_a_pretraining_run_on_slurm_read_and_write_the_data_as_anywhere(
-        world, checked, slurm, live_server, settings, celery_worker_process):
+        world, hpc, slurm, live_server, settings, celery_worker_process):
     """The toolchain unchanged on a Slurm queue: the pipeline reads its dataset version and
     writes its run folder at their own paths, the platform records the output as the next
     version, and a pretraining run reads that and registers its model."""
     settings.OGAI_INTERNAL_URL = live_server.url
-    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=checked)
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=hpc)
     member = world.alpha_member
     corpus = dataset_create(actor=member, tenant=world.alpha, name="docs")
     lines = "".join(json.dumps(document) + "\n" for document in demo_corpus())
@@ -343,31 +323,4 @@ def test_a_pipeline_then_a_pretraining_run_on_slurm_read_and_write_the_data_as_a
         assert ran["user_id"] == tenant_uid(world.alpha.pk)
         folder = storage.absolute(finished.folder)
         assert folder.is_symlink()
-        assert Path(checked.options["shared_dir"]) in Path(os.readlink(folder)).parents
-
-
-def test_an_evaluation_on_slurm_scores_a_model_and_a_rerun_reads_its_cache(
-        world, checked, live_server, settings, celery_worker_process):
-    """lm-eval in a Slurm job: the version's weights and the benchmark read-only at their
-    paths, the run folder and the tenant's request cache written; the cache, moved to the
-    shared path by the first run, is found there by the second."""
-    settings.OGAI_INTERNAL_URL = live_server.url
-    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=checked)
-    member = world.alpha_member
-    # Weights of their own: the cache is per content, and the data directory outlives a run.
-    seed = time.time_ns() % 2**31
-    folder = tiny_model(Path(settings.DATA_DIR) / "models" / world.alpha.name
-                        / f"slurm-tiny-{seed}", seed=seed)
-    version = _version(world.alpha, "slurm-tiny", folder)
-    benchmark = benchmark_create(actor=member, tenant=world.alpha, name="mc",
-                                 kind="multiple_choice", data=jsonl(MC_DOCS))
-    runs = []
-    for _ in range(2):
-        run = evaluation_start(actor=member, tenant=world.alpha, version=version,
-                               benchmarks=[benchmark], queue=queue, limit=3)
-        runs.append(_wait_run(run, lambda r: r.succeeded, "finished"))
-    first, second = runs
-    assert first.total_requests > 0 and first.cached_requests == 0
-    assert second.cached_requests == second.total_requests == first.total_requests
-    assert EvaluationResult.objects.filter(run=second, metric="acc").exists()
-    assert first.job.attempts.get().workload_id != second.job.attempts.get().workload_id
+        assert Path(hpc.options["shared_dir"]) in Path(os.readlink(folder)).parents

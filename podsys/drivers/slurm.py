@@ -64,7 +64,6 @@ from podsys.drivers.slurm_data import (
     data_binds,
     data_relative,
     passable_parents,
-    staged_prune,
 )
 from podsys.drivers.slurm_launcher import LAUNCH_FILE
 
@@ -91,8 +90,6 @@ FAILED_REASONS = {
 # How often, and how far apart, `usage` asks sacct for a job's end before it gives up.
 ACCOUNTING_TRIES = 5
 ACCOUNTING_WAIT_S = 0.4
-# How long a staged copy no job binds is kept for the next job that reads the same folder.
-STAGED_RETENTION_S = 24 * 3600
 # Node states and flags that take a node out of service.
 DOWN_STATES = frozenset({"down", "unknown", "future", "error"})
 UNSCHEDULABLE_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING",
@@ -292,8 +289,7 @@ class SlurmDriver(ClusterDriver):
             # it twice.
             token = secrets.token_hex(16)
             state = {"id": workload.id, "uid": uid, "replicas": workload.replicas,
-                     "token": token, "script": script,
-                     "binds": [bind["source"] for bind in binds]}
+                     "token": token, "script": script}
             write_json(self._state_path(workload.id), state)
             args = self._sbatch_args(workload, folder, uid, token)
             result = self.cli.run("sbatch", *args, check=False, timeout=120)
@@ -592,23 +588,6 @@ class SlurmDriver(ClusterDriver):
         if not 0 <= replica < int(state["replicas"]):
             raise DriverError(f"workload {handle} has no replica {replica}")
         return read_tail(self._folder(handle) / f"replica-{replica}.log", tail)
-
-    def cleanup(self, now: float | None = None) -> int:
-        """Remove the staged copies of datasets and models that no pending or running job
-        binds and that no launch used for `STAGED_RETENTION_S`; return how many."""
-        now = time.time() if now is None else now
-        with self._locked():
-            states = [read_json(path) for path in (self.root / "state").glob("*.json")]
-            ours = {int(state["job_id"]): state for state in states
-                    if isinstance(state, dict) and "job_id" in state}
-            live = {job.job_id for job in self.cli.jobs()
-                    if job.state in PENDING_STATES | RUNNING_STATES}
-            keep = {source for job_id, state in ours.items() if job_id in live
-                    for source in state.get("binds", [])}
-            # A submission never recorded (a launch cut short) keeps its copies too.
-            keep |= {source for state in states if isinstance(state, dict)
-                     and "job_id" not in state for source in state.get("binds", [])}
-            return staged_prune(self.root, keep=keep, older_than=now - STAGED_RETENTION_S)
 
     def render(self, workload: Workload) -> str:
         check_workload_id(workload.id)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import secrets
 import shutil
 import stat
@@ -32,8 +31,6 @@ from podsys.drivers.base import DataMount, DriverError
 # Under the shared path.
 DATA_FOLDER = "data"
 STAGED_FOLDER = "staged"
-# A staged copy's name: the folder's, then its content's signature (a partial one: hidden).
-STAGED_NAME = re.compile(r"^\.?.+@[0-9a-f]{16}(\.[0-9a-f]{8})?$")
 
 
 def data_relative(path: str | Path, data_dir: Path) -> Path | None:
@@ -59,7 +56,7 @@ def data_binds(mounts: tuple[DataMount, ...], *, data_dir: Path, root: Path, uid
         if relative is None:
             continue
         where = data_dir / relative
-        home = _home_of(where, data_dir, root, uid)
+        home = _home_of(where, data_dir, root)
         if home is None:
             if mount.read_only:
                 home = _stage(where, root, relative, uid, workload_id)
@@ -69,7 +66,7 @@ def data_binds(mounts: tuple[DataMount, ...], *, data_dir: Path, root: Path, uid
     return binds
 
 
-def _home_of(where: Path, data_dir: Path, root: Path, uid: int) -> Path | None:
+def _home_of(where: Path, data_dir: Path, root: Path) -> Path | None:
     """Where `where` lives when it, or a folder above it, was moved to the shared path already
     (the data directory keeps a link there); None when it is the data directory's own."""
     homes = root / DATA_FOLDER
@@ -80,9 +77,6 @@ def _home_of(where: Path, data_dir: Path, root: Path, uid: int) -> Path | None:
             if not target.is_absolute() or homes not in target.parents:
                 raise DriverError(f"{above} of the data directory links to {target}, which is "
                                   f"not a home under {homes}")
-            if not target.is_dir():  # the shared path lost it: written again from empty
-                target.mkdir(mode=0o700, parents=True)
-                os.chown(target, uid, uid)
             return target / where.relative_to(above)
         above = above.parent
     return None
@@ -114,7 +108,6 @@ def _stage(where: Path, root: Path, relative: Path, uid: int, workload_id: str) 
     _own(top, 0o750, 0, uid)
     copy = top / relative.parent / f"{relative.name}@{_signature(where)[:16]}"
     if copy.is_dir():
-        os.utime(copy)  # in use again: `staged_prune` keeps it
         return copy
     copy.parent.mkdir(parents=True, exist_ok=True)
     partial = copy.with_name(f".{copy.name}.{secrets.token_hex(4)}")
@@ -189,20 +182,3 @@ def passable_parents(home: Path) -> None:
     for parent in reversed(missing):
         parent.mkdir(mode=0o711)
         parent.chmod(0o711)
-
-
-def staged_prune(root: Path, *, keep: set[str], older_than: float) -> int:
-    """Remove the staged copies no workload in `keep` (their paths) binds and none staged or
-    used again since `older_than` (epoch seconds), and what a stopped staging left; return
-    how many. Called under the launches' lock, so no launch is choosing a copy meanwhile."""
-    removed = 0
-    for place, dirs, _files in os.walk(root / STAGED_FOLDER):
-        for name in list(dirs):
-            if not STAGED_NAME.match(name):
-                continue
-            dirs.remove(name)  # a copy: nothing under it is another
-            copy = os.path.join(place, name)
-            if copy not in keep and os.lstat(copy).st_mtime < older_than:
-                shutil.rmtree(copy, ignore_errors=True)
-                removed += 1
-    return removed

@@ -440,27 +440,3 @@ def test_another_tenants_job_reaches_none_of_a_tenants_data_on_the_shared_path(
     status = _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED})
     assert status.phase == Phase.FAILED
     assert "Permission denied" in driver.logs(handle)
-
-
-def test_cleanup_removes_staged_copies_once_no_job_binds_them_for_a_day(driver, data_dir):
-    dataset = _dataset(data_dir, '{"text": "first"}')
-    reading = _workload("job-19-a1", "import time; print('up', flush=True); time.sleep(600)",
-                        gpus=0, data_mounts=(DataMount(str(dataset)),))
-    running = driver.launch(reading)
-    assert _wait(driver, running, {Phase.RUNNING, Phase.FAILED}).phase == Phase.RUNNING
-    (dataset / "docs.jsonl").write_text('{"text": "second"}')
-    done = driver.launch(_workload("job-20-a1", "print('read')", gpus=0,
-                                   data_mounts=(DataMount(str(dataset)),)))
-    assert _wait(driver, done, {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
-    staged = driver.root / "staged" / str(TENANT_UID) / "datasets" / "acme" / "1-docs"
-    first, second = sorted(staged.iterdir(), key=lambda copy: copy.stat().st_mtime)
-
-    assert driver.cleanup() == 0  # both used today
-    day_after = time.time() + 2 * 24 * 3600
-    assert driver.cleanup(now=day_after) == 1  # the finished job's; the running one keeps its
-    assert [copy.name for copy in staged.iterdir()] == [first.name]
-    driver.cancel(running)
-    assert _wait(driver, running, {Phase.SUCCEEDED, Phase.FAILED}).phase != Phase.RUNNING
-    assert driver.cleanup(now=day_after) == 1
-    assert list(staged.iterdir()) == []
-    assert second.name != first.name
