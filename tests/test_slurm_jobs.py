@@ -3,7 +3,6 @@ a real Celery worker scheduling, launching and reconciling, and the platform's c
 followed by Slurm's own drain."""
 
 import json
-import os
 import sys
 import textwrap
 import time
@@ -11,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.core.files.base import ContentFile
 
 from aistation.choices import FINAL_STATES, JobState
 from aistation.services.jobs import job_cancel, job_submit
@@ -26,11 +24,6 @@ from podsys.services.clusters import (
     node_set_schedulable,
 )
 from tests.slurm_cluster import SlurmCluster, posix_accounts, shared_folder
-from ylink import storage
-from ylink.services.datasets import dataset_create, dataset_upload
-from ylink.services.demo import DEMO_PIPELINE, demo_corpus
-from ylink.services.pipelines import pipeline_run_start
-from ylink.services.training import training_run_start
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -266,61 +259,3 @@ def test_a_cordon_drains_the_node_in_slurm_and_uncordon_resumes_it(world, hpc, s
 def _slurm_node(slurm, name):
     return next(n for n in json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]
                 if n["name"] == name)
-
-
-def _wait_run(run, condition, what: str, timeout: float = 240.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run.refresh_from_db()
-        if condition(run):
-            return run
-        if run.job is not None:
-            run.job.refresh_from_db()
-            if run.job.state in FINAL_STATES and run.job.state != JobState.SUCCEEDED:
-                break
-        time.sleep(0.3)
-    job = run.job
-    raise AssertionError(f"{run} never {what}: job {job and job.state} ({job and job.reason});"
-                         f" message: {run.message}")
-
-
-def test_a_pipeline_then_a_pretraining_run_on_slurm_read_and_write_the_data_as_anywhere(
-        world, hpc, slurm, live_server, settings, celery_worker_process):
-    """The toolchain unchanged on a Slurm queue: the pipeline reads its dataset version and
-    writes its run folder at their own paths, the platform records the output as the next
-    version, and a pretraining run reads that and registers its model."""
-    settings.OGAI_INTERNAL_URL = live_server.url
-    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=hpc)
-    member = world.alpha_member
-    corpus = dataset_create(actor=member, tenant=world.alpha, name="docs")
-    lines = "".join(json.dumps(document) + "\n" for document in demo_corpus())
-    source = dataset_upload(actor=member, dataset=corpus,
-                            upload=ContentFile(lines.encode(), name="docs.jsonl"))
-    steps = [dict(step) for step in DEMO_PIPELINE]
-    steps[-1] = {"type": "tokenize", "params": {"seq_len": 64}}
-
-    pipeline = pipeline_run_start(actor=member, version=source, steps=steps, queue=queue,
-                                  memory_mib=1024)
-    pipeline = _wait_run(pipeline, lambda r: r.succeeded, "finished")
-    tokens = pipeline.output_version
-    assert tokens.format == "tokens" and tokens.parent == source and tokens.tokens > 1000
-    assert pipeline.step_results[0]["docs_in"] == source.documents
-
-    run = training_run_start(
-        actor=member, dataset_version=tokens, queue=queue, kind="pretrain", name="tiny",
-        model={"preset": "tiny"}, memory_mib=1024, max_restarts=0,
-        training={"max_steps": 6, "batch_size": 4, "checkpoint_every": 3, "log_every": 2,
-                  "warmup_steps": 1})
-    run = _wait_run(run, lambda r: r.succeeded, "finished")
-    assert run.artifact == "model" and Path(run.output_path, "config.json").exists()
-    assert list(run.metrics.values_list("step", flat=True)) == [2, 4, 6]
-
-    # Both ran on Slurm as the tenant's account; their folders live on the shared path.
-    for finished in (pipeline, run):
-        workload = finished.job.attempts.get().workload_id
-        [ran] = [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
-                 if j["name"] == workload]
-        assert ran["user_id"] == tenant_uid(world.alpha.pk)
-        folder = storage.absolute(finished.folder)
-        assert folder.is_symlink()
-        assert Path(hpc.options["shared_dir"]) in Path(os.readlink(folder)).parents

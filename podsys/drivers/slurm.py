@@ -59,12 +59,6 @@ from podsys.drivers.common import (
 )
 from podsys.drivers.local import _platform_pythonpath, read_json, read_tail, write_json
 from podsys.drivers.slurm_cli import SlurmCli, SlurmJob, SlurmNode, expand_hostlist
-from podsys.drivers.slurm_data import (
-    DATA_FOLDER,
-    data_binds,
-    data_relative,
-    passable_parents,
-)
 from podsys.drivers.slurm_launcher import LAUNCH_FILE
 
 LAUNCHER = "podsys.drivers.slurm_launcher"
@@ -244,18 +238,24 @@ class SlurmDriver(ClusterDriver):
         """The workload with its run and checkpoint folders moved from the platform's data
         directory, which is the platform's alone (mode 0700), to the same place under the
         shared path, where the tenant's account reaches its own folders (0700). The mapping
-        is fixed, so every attempt of a job finds the checkpoints of the one before. (Its
-        other folders of the data directory keep their paths: `slurm_data`.)"""
-        data = Path(settings.DATA_DIR)
+        is fixed, so every attempt of a job finds the checkpoints of the one before."""
+        data = Path(settings.DATA_DIR).resolve()
         moved: dict[str, str] = {}
 
         def move(path: str) -> str:
-            relative = data_relative(path, data) if path else None
-            if relative is None:
+            if not path:
                 return path
-            moved[path] = str(self.root / DATA_FOLDER / relative)
+            resolved = Path(path).resolve()
+            if resolved == data or data not in resolved.parents:
+                return path
+            moved[path] = str(self.root / "data" / resolved.relative_to(data))
             return moved[path]
 
+        if any(data == Path(m.path).resolve() or data in Path(m.path).resolve().parents
+               for m in workload.data_mounts):
+            raise DriverError(f"cluster {self.cluster} cannot hand workload {workload.id} "
+                              "folders of the platform's data directory (datasets, models) "
+                              "yet: on Slurm the data directory is not shared with tenants")
         run_dir, checkpoint_dir = move(workload.run_dir), move(workload.checkpoint_dir)
         env = {name: moved.get(value, value) for name, value in workload.env.items()}
         return dataclasses.replace(workload, run_dir=run_dir, checkpoint_dir=checkpoint_dir,
@@ -272,13 +272,7 @@ class SlurmDriver(ClusterDriver):
             uid = self._account(workload)
             if isinstance(state, dict) and self._adopt(workload.id, state, uid):
                 return workload.id
-            try:
-                binds = data_binds(workload.data_mounts, data_dir=Path(settings.DATA_DIR),
-                                   root=self.root, uid=uid, workload_id=workload.id)
-            except OSError as exc:
-                raise DriverError(f"could not give workload {workload.id} its folders on "
-                                  f"the shared path: {exc}") from exc
-            folder = self._prepare(workload, uid, binds)
+            folder = self._prepare(workload, uid)
             if isinstance(state, dict):
                 # What a submission never adopted left (a job no longer ours, or never run).
                 for stale in (*folder.glob("replica-*"), folder / "batch.log"):
@@ -325,14 +319,13 @@ class SlurmDriver(ClusterDriver):
                               "cluster account to run as")
         return workload.run_as
 
-    def _prepare(self, workload: Workload, uid: int, binds: list[dict]) -> Path:
+    def _prepare(self, workload: Workload, uid: int) -> Path:
         folder = self._folder(workload.id)
         cwd = Path(workload.run_dir) if workload.run_dir else folder / "run"
         try:
             for path in (folder, cwd, *([Path(workload.checkpoint_dir)]
                                         if workload.checkpoint_dir else [])):
-                passable_parents(path)
-                path.mkdir(exist_ok=True, mode=0o700)
+                path.mkdir(parents=True, exist_ok=True, mode=0o700)
                 path.chmod(0o700)
                 os.chown(path, uid, uid)
             if workload.workdir_archive:
@@ -343,9 +336,6 @@ class SlurmDriver(ClusterDriver):
                     for name in (*dirs, *files):
                         os.chown(os.path.join(place, name), uid, uid, follow_symlinks=False)
             env = {name: os.environ[name] for name in BASE_ENV_NAMES if name in os.environ}
-            # `python` in a command is the platform's, as in its images on Kubernetes.
-            env["PATH"] = os.pathsep.join((os.path.dirname(self.python),
-                                           env.get("PATH", "/usr/bin:/bin")))
             pythonpath = _platform_pythonpath()
             env.update({"OGAI_WORKLOAD_ID": workload.id, "OGAI_RUN_DIR": str(cwd),
                         "PYTHONPATH": os.pathsep.join(
@@ -356,14 +346,13 @@ class SlurmDriver(ClusterDriver):
             launch = folder / LAUNCH_FILE
             fd = os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
-                json.dump({"command": list(workload.command), "cwd": str(cwd), "env": env,
-                           "data_dir": str(settings.DATA_DIR), "binds": binds}, handle)
+                json.dump({"command": list(workload.command), "cwd": str(cwd), "env": env},
+                          handle)
             os.chown(launch, uid, uid)
         except OSError as exc:
             raise DriverError(f"could not prepare workload {workload.id}: {exc}") from exc
         for path in (folder, cwd, *([Path(workload.checkpoint_dir)]
-                                    if workload.checkpoint_dir else []),
-                     *(Path(bind["source"]) for bind in binds)):
+                                    if workload.checkpoint_dir else [])):
             _check_reachable(path, uid, workload.id)
         return folder
 
@@ -619,7 +608,7 @@ def _check_reachable(path: Path, uid: int, workload_id: str) -> None:
         return
     for parent in path.parents:
         info = parent.stat()
-        if info.st_uid == uid or (info.st_gid == uid and info.st_mode & 0o010):
+        if info.st_uid == uid:
             continue
         if not info.st_mode & 0o001:
             raise DriverError(
