@@ -94,7 +94,7 @@ class SlurmCluster:
                                "`make slurm` installs Debian's packages")
         for sub in ("etc", "state", "spool", "log", "run", "munge"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self._open_root()
+        self._open_paths()
         self._start_munge()
         ctld_port, dbd_port, *node_ports = _free_ports(2 + self.nodes)
         self.database = f"{self.name}_acct"
@@ -114,7 +114,7 @@ class SlurmCluster:
             raise
         return self
 
-    def _open_root(self) -> None:
+    def _open_paths(self) -> None:
         """Jobs run as tenants' accounts, and the platform's Python and code are where this
         machine keeps them: often under /root or a checkout in a private temporary folder
         (mode 0700). Their owner lets others pass through those folders (x, not r) while the
