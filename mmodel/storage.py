@@ -2,6 +2,7 @@
 layout (config, safetensors weights, tokenizer) of its own, never changed once recorded and
 never the user's source folder."""
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterable
@@ -60,14 +61,16 @@ def data_mounts(read: Iterable[Path | str | None], write: Iterable[Path | str | 
                 ) -> list[DataMount]:
     """The folders of the data directory a job reads (and writes) as its mounts, each once;
     folders outside the data directory (a version recorded at an absolute path elsewhere) are
-    not the data directory's to hand out and are left out."""
-    root = data_root().resolve()
+    not the data directory's to hand out and are left out. Paths are compared as written
+    (`..` removed), links not followed: a folder a Slurm run moved to its cluster's shared
+    path is still the data directory's, and each driver decides how it binds a link."""
+    root = Path(os.path.normpath(data_root().absolute()))
     mounts: dict[str, DataMount] = {}
     for paths, read_only in ((write, False), (read, True)):
         for path in paths:
             if path is None:
                 continue
-            folder = Path(path).resolve()
+            folder = Path(os.path.normpath(Path(path).absolute()))
             if root in folder.parents and str(folder) not in mounts:
                 mounts[str(folder)] = DataMount(str(folder), read_only=read_only)
     return list(mounts.values())

@@ -186,6 +186,19 @@ class SlurmCluster:
         self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
         self._wait(self._nodes_idle, "every node to be idle")
 
+    def reset(self) -> None:
+        """Start the next test from what a fresh cluster has: no job left queued or running
+        and no node drained (a previous test's health checks drain through the platform, and
+        Slurm keeps the drain after that test's database is gone)."""
+        jobs = json.loads(self.run("squeue", "--json").stdout)["jobs"]
+        if jobs:
+            self.run("scancel", *(str(job["job_id"]) for job in jobs), check=False)
+        for node in json.loads(self.run("sinfo", "--json").stdout)["nodes"]:
+            if node["state_flags"] or node["state"].lower() != "idle":
+                self.run("scontrol", "update", f"nodename={node['name']}", "state=resume",
+                         check=False)
+        self._wait(self._nodes_idle, "every node to be idle")
+
     def _kill_processes(self, *markers: bytes) -> None:
         """Kill what this cluster started (its environment names this cluster's slurm.conf)
         and carries every marker (`NAME=value` of its environment)."""

@@ -3,6 +3,7 @@ a real Celery worker scheduling, launching and reconciling, and the platform's c
 followed by Slurm's own drain."""
 
 import json
+import os
 import sys
 import textwrap
 import time
@@ -10,13 +11,20 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
 from aistation.services.jobs import job_cancel, job_submit
 from aistation.services.queues import queue_create
 from aistation.services.workloads import tenant_uid
 from infra_os.models import UsageRecord
-from podsys.models import Cluster, Node
+from mmodel.models import EvaluationResult
+from mmodel.services.evaluation import benchmark_create, evaluation_start
+from mmodel.tests.evaluation_fixtures import MC_DOCS, _version, jsonl
+from mmodel.tests.tiny import tiny_model
+from podsys.choices import CheckState
+from podsys.health.registry import health_checks
+from podsys.models import Cluster, HealthCheckRun, Node
 from podsys.services.clusters import (
     cluster_check_connection,
     cluster_create,
@@ -24,6 +32,10 @@ from podsys.services.clusters import (
     node_set_schedulable,
 )
 from tests.slurm_cluster import SlurmCluster, posix_accounts, shared_folder
+from ylink import storage
+from ylink.services.pipelines import pipeline_run_start
+from ylink.services.training import training_run_start
+from ylink.tests.corpus import demo_steps, uploaded_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -42,6 +54,7 @@ def shared():
 
 @pytest.fixture
 def hpc(world, slurm, shared):
+    slurm.reset()
     cluster = cluster_create(actor=world.operator, name="hpc", driver="slurm", options={
         "slurm_conf": str(slurm.conf), "shared_dir": str(shared), "grace_s": 10})
     cluster_sync_nodes(cluster=cluster)
@@ -259,3 +272,99 @@ def test_a_cordon_drains_the_node_in_slurm_and_uncordon_resumes_it(world, hpc, s
 def _slurm_node(slurm, name):
     return next(n for n in json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]
                 if n["name"] == name)
+
+
+@pytest.fixture
+def checked(hpc):
+    """The nodes passed every health check just now, so none falls due while the toolchain's
+    longer runs go on (the beat's checks would otherwise hold the nodes for the exclusive ones
+    and fail the network one: this machine's nodes have no SSH for it to reach)."""
+    now = timezone.now()
+    HealthCheckRun.objects.bulk_create(
+        HealthCheckRun(node=node, check_name=name, severity=check.severity,
+                       state=CheckState.PASSED, started_at=now, finished_at=now)
+        for node in hpc.nodes.all() for name, check in health_checks().items())
+    return hpc
+
+
+def _wait_run(run, condition, what: str, timeout: float = 240.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run.refresh_from_db()
+        if condition(run):
+            return run
+        if run.job is not None:
+            run.job.refresh_from_db()
+            if run.job.state in FINAL_STATES and run.job.state != JobState.SUCCEEDED:
+                break
+        time.sleep(0.3)
+    job = run.job
+    nodes = [(node.name, node.schedulable, node.health_reason)
+             for node in Node.objects.filter(cluster=job.queue.cluster)] if job else []
+    raise AssertionError(f"{run} never {what}: job {job and job.state} ({job and job.reason});"
+                         f" message: {run.message}; nodes: {nodes}")
+
+
+def test_a_pipeline_then_a_pretraining_run_on_slurm_read_and_write_the_data_as_anywhere(
+        world, checked, slurm, live_server, settings, celery_worker_process):
+    """The toolchain unchanged on a Slurm queue: the pipeline reads its dataset version and
+    writes its run folder at their own paths, the platform records the output as the next
+    version, and a pretraining run reads that and registers its model."""
+    settings.OGAI_INTERNAL_URL = live_server.url
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=checked)
+    member = world.alpha_member
+    source = uploaded_corpus(actor=member, tenant=world.alpha)
+    steps = demo_steps(seq_len=64)
+
+    pipeline = pipeline_run_start(actor=member, version=source, steps=steps, queue=queue,
+                                  memory_mib=1024)
+    pipeline = _wait_run(pipeline, lambda r: r.succeeded, "finished")
+    tokens = pipeline.output_version
+    assert tokens.format == "tokens" and tokens.parent == source and tokens.tokens > 1000
+    assert pipeline.step_results[0]["docs_in"] == source.documents
+
+    run = training_run_start(
+        actor=member, dataset_version=tokens, queue=queue, kind="pretrain", name="tiny",
+        model={"preset": "tiny"}, memory_mib=1024, max_restarts=0,
+        training={"max_steps": 6, "batch_size": 4, "checkpoint_every": 3, "log_every": 2,
+                  "warmup_steps": 1})
+    run = _wait_run(run, lambda r: r.succeeded, "finished")
+    assert run.artifact == "model" and Path(run.output_path, "config.json").exists()
+    assert list(run.metrics.values_list("step", flat=True)) == [2, 4, 6]
+
+    # Both ran on Slurm as the tenant's account; their folders live on the shared path.
+    for finished in (pipeline, run):
+        workload = finished.job.attempts.get().workload_id
+        [ran] = [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
+                 if j["name"] == workload]
+        assert ran["user_id"] == tenant_uid(world.alpha.pk)
+        folder = storage.absolute(finished.folder)
+        assert folder.is_symlink()
+        assert Path(checked.options["shared_dir"]) in Path(os.readlink(folder)).parents
+
+
+def test_an_evaluation_on_slurm_scores_a_model_and_a_rerun_reads_its_cache(
+        world, checked, live_server, settings, celery_worker_process):
+    """lm-eval in a Slurm job: the version's weights and the benchmark read-only at their
+    paths, the run folder and the tenant's request cache written; the cache, moved to the
+    shared path by the first run, is found there by the second."""
+    settings.OGAI_INTERNAL_URL = live_server.url
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=checked)
+    member = world.alpha_member
+    # Weights of their own: the cache is per content, and the data directory outlives a run.
+    seed = time.time_ns() % 2**31
+    folder = tiny_model(Path(settings.DATA_DIR) / "models" / world.alpha.name
+                        / f"slurm-tiny-{seed}", seed=seed)
+    version = _version(world.alpha, "slurm-tiny", folder)
+    benchmark = benchmark_create(actor=member, tenant=world.alpha, name="mc",
+                                 kind="multiple_choice", data=jsonl(MC_DOCS))
+    runs = []
+    for _ in range(2):
+        run = evaluation_start(actor=member, tenant=world.alpha, version=version,
+                               benchmarks=[benchmark], queue=queue, limit=3)
+        runs.append(_wait_run(run, lambda r: r.succeeded, "finished"))
+    first, second = runs
+    assert first.total_requests > 0 and first.cached_requests == 0
+    assert second.cached_requests == second.total_requests == first.total_requests
+    assert EvaluationResult.objects.filter(run=second, metric="acc").exists()
+    assert first.job.attempts.get().workload_id != second.job.attempts.get().workload_id

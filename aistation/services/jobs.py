@@ -107,15 +107,28 @@ def _check_environment(queue: Queue, environment: str) -> None:
                                f"({environment_summary(chosen)})."})
 
 
+def _links_are_ours(path: Path, root: Path) -> bool:
+    """Every symbolic link on the way from the data directory to `path` is the platform's own
+    (a Slurm run's folder moved to its cluster's shared path, `podsys.drivers.slurm_data`);
+    a link anyone else made could lead the job out of what it was handed."""
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink() and current.lstat().st_uid != os.geteuid():
+            return False
+    return True
+
+
 def _check_mounts(mounts: list[DataMount]) -> list[dict]:
-    """Only folders inside the data directory, named without `..` or symbolic links: a job
-    sees what the platform hands it and nothing around it."""
+    """Only folders inside the data directory, named without `..` and through no symbolic
+    link but the platform's own: a job sees what the platform hands it and nothing around
+    it."""
     root = Path(settings.DATA_DIR).resolve()
     checked = []
     for mount in mounts:
         path = Path(mount.path)
         inside = path.is_absolute() and os.path.normpath(path) == str(path)
-        if not inside or path.resolve() != path or root not in path.parents:
+        if not inside or root not in path.parents or not _links_are_ours(path, root):
             raise ValueError(f"{mount.path!r} is not a folder inside the data directory")
         checked.append({"path": str(path), "read_only": mount.read_only})
     return checked

@@ -252,7 +252,8 @@ def _launch(*, actor, run: EvaluationRun, spec: dict, queue: Queue, gpus: int,
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2))
     cache = Path(spec["cache"]).parent if spec.get("cache") else None
-    if cache is not None:
+    # A link is the cache's home on a Slurm cluster's shared path: the driver's to make.
+    if cache is not None and not cache.is_symlink():
         cache.mkdir(parents=True, exist_ok=True)
     secret = job_token_new()
     job = job_submit(

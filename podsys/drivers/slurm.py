@@ -59,6 +59,13 @@ from podsys.drivers.common import (
 )
 from podsys.drivers.local import _platform_pythonpath, read_json, read_tail, write_json
 from podsys.drivers.slurm_cli import SlurmCli, SlurmJob, SlurmNode, expand_hostlist
+from podsys.drivers.slurm_data import (
+    DATA_FOLDER,
+    data_binds,
+    data_relative,
+    passable_parents,
+    staged_prune,
+)
 from podsys.drivers.slurm_launcher import LAUNCH_FILE
 
 LAUNCHER = "podsys.drivers.slurm_launcher"
@@ -84,6 +91,8 @@ FAILED_REASONS = {
 # How often, and how far apart, `usage` asks sacct for a job's end before it gives up.
 ACCOUNTING_TRIES = 5
 ACCOUNTING_WAIT_S = 0.4
+# How long a staged copy no job binds is kept for the next job that reads the same folder.
+STAGED_RETENTION_S = 24 * 3600
 # Node states and flags that take a node out of service.
 DOWN_STATES = frozenset({"down", "unknown", "future", "error"})
 UNSCHEDULABLE_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING",
@@ -238,24 +247,18 @@ class SlurmDriver(ClusterDriver):
         """The workload with its run and checkpoint folders moved from the platform's data
         directory, which is the platform's alone (mode 0700), to the same place under the
         shared path, where the tenant's account reaches its own folders (0700). The mapping
-        is fixed, so every attempt of a job finds the checkpoints of the one before."""
-        data = Path(settings.DATA_DIR).resolve()
+        is fixed, so every attempt of a job finds the checkpoints of the one before. (Its
+        other folders of the data directory keep their paths: `slurm_data`.)"""
+        data = Path(settings.DATA_DIR)
         moved: dict[str, str] = {}
 
         def move(path: str) -> str:
-            if not path:
+            relative = data_relative(path, data) if path else None
+            if relative is None:
                 return path
-            resolved = Path(path).resolve()
-            if resolved == data or data not in resolved.parents:
-                return path
-            moved[path] = str(self.root / "data" / resolved.relative_to(data))
+            moved[path] = str(self.root / DATA_FOLDER / relative)
             return moved[path]
 
-        if any(data == Path(m.path).resolve() or data in Path(m.path).resolve().parents
-               for m in workload.data_mounts):
-            raise DriverError(f"cluster {self.cluster} cannot hand workload {workload.id} "
-                              "folders of the platform's data directory (datasets, models) "
-                              "yet: on Slurm the data directory is not shared with tenants")
         run_dir, checkpoint_dir = move(workload.run_dir), move(workload.checkpoint_dir)
         env = {name: moved.get(value, value) for name, value in workload.env.items()}
         return dataclasses.replace(workload, run_dir=run_dir, checkpoint_dir=checkpoint_dir,
@@ -272,7 +275,13 @@ class SlurmDriver(ClusterDriver):
             uid = self._account(workload)
             if isinstance(state, dict) and self._adopt(workload.id, state, uid):
                 return workload.id
-            folder = self._prepare(workload, uid)
+            try:
+                binds = data_binds(workload.data_mounts, data_dir=Path(settings.DATA_DIR),
+                                   root=self.root, uid=uid, workload_id=workload.id)
+            except OSError as exc:
+                raise DriverError(f"could not give workload {workload.id} its folders on "
+                                  f"the shared path: {exc}") from exc
+            folder = self._prepare(workload, uid, binds)
             if isinstance(state, dict):
                 # What a submission never adopted left (a job no longer ours, or never run).
                 for stale in (*folder.glob("replica-*"), folder / "batch.log"):
@@ -283,7 +292,8 @@ class SlurmDriver(ClusterDriver):
             # it twice.
             token = secrets.token_hex(16)
             state = {"id": workload.id, "uid": uid, "replicas": workload.replicas,
-                     "token": token, "script": script}
+                     "token": token, "script": script,
+                     "binds": [bind["source"] for bind in binds]}
             write_json(self._state_path(workload.id), state)
             args = self._sbatch_args(workload, folder, uid, token)
             result = self.cli.run("sbatch", *args, check=False, timeout=120)
@@ -319,13 +329,14 @@ class SlurmDriver(ClusterDriver):
                               "cluster account to run as")
         return workload.run_as
 
-    def _prepare(self, workload: Workload, uid: int) -> Path:
+    def _prepare(self, workload: Workload, uid: int, binds: list[dict]) -> Path:
         folder = self._folder(workload.id)
         cwd = Path(workload.run_dir) if workload.run_dir else folder / "run"
         try:
             for path in (folder, cwd, *([Path(workload.checkpoint_dir)]
                                         if workload.checkpoint_dir else [])):
-                path.mkdir(parents=True, exist_ok=True, mode=0o700)
+                passable_parents(path)
+                path.mkdir(exist_ok=True, mode=0o700)
                 path.chmod(0o700)
                 os.chown(path, uid, uid)
             if workload.workdir_archive:
@@ -336,6 +347,9 @@ class SlurmDriver(ClusterDriver):
                     for name in (*dirs, *files):
                         os.chown(os.path.join(place, name), uid, uid, follow_symlinks=False)
             env = {name: os.environ[name] for name in BASE_ENV_NAMES if name in os.environ}
+            # `python` in a command is the platform's, as in its images on Kubernetes.
+            env["PATH"] = os.pathsep.join((os.path.dirname(self.python),
+                                           env.get("PATH", "/usr/bin:/bin")))
             pythonpath = _platform_pythonpath()
             env.update({"OGAI_WORKLOAD_ID": workload.id, "OGAI_RUN_DIR": str(cwd),
                         "PYTHONPATH": os.pathsep.join(
@@ -346,13 +360,14 @@ class SlurmDriver(ClusterDriver):
             launch = folder / LAUNCH_FILE
             fd = os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
-                json.dump({"command": list(workload.command), "cwd": str(cwd), "env": env},
-                          handle)
+                json.dump({"command": list(workload.command), "cwd": str(cwd), "env": env,
+                           "data_dir": str(settings.DATA_DIR), "binds": binds}, handle)
             os.chown(launch, uid, uid)
         except OSError as exc:
             raise DriverError(f"could not prepare workload {workload.id}: {exc}") from exc
         for path in (folder, cwd, *([Path(workload.checkpoint_dir)]
-                                    if workload.checkpoint_dir else [])):
+                                    if workload.checkpoint_dir else []),
+                     *(Path(bind["source"]) for bind in binds)):
             _check_reachable(path, uid, workload.id)
         return folder
 
@@ -578,6 +593,23 @@ class SlurmDriver(ClusterDriver):
             raise DriverError(f"workload {handle} has no replica {replica}")
         return read_tail(self._folder(handle) / f"replica-{replica}.log", tail)
 
+    def cleanup(self, now: float | None = None) -> int:
+        """Remove the staged copies of datasets and models that no pending or running job
+        binds and that no launch used for `STAGED_RETENTION_S`; return how many."""
+        now = time.time() if now is None else now
+        with self._locked():
+            states = [read_json(path) for path in (self.root / "state").glob("*.json")]
+            ours = {int(state["job_id"]): state for state in states
+                    if isinstance(state, dict) and "job_id" in state}
+            live = {job.job_id for job in self.cli.jobs()
+                    if job.state in PENDING_STATES | RUNNING_STATES}
+            keep = {source for job_id, state in ours.items() if job_id in live
+                    for source in state.get("binds", [])}
+            # A submission never recorded (a launch cut short) keeps its copies too.
+            keep |= {source for state in states if isinstance(state, dict)
+                     and "job_id" not in state for source in state.get("binds", [])}
+            return staged_prune(self.root, keep=keep, older_than=now - STAGED_RETENTION_S)
+
     def render(self, workload: Workload) -> str:
         check_workload_id(workload.id)
         check_workload_shape(workload)
@@ -608,7 +640,7 @@ def _check_reachable(path: Path, uid: int, workload_id: str) -> None:
         return
     for parent in path.parents:
         info = parent.stat()
-        if info.st_uid == uid:
+        if info.st_uid == uid or (info.st_gid == uid and info.st_mode & 0o010):
             continue
         if not info.st_mode & 0o001:
             raise DriverError(

@@ -6,6 +6,10 @@ others can read), sets the variables `torch.distributed` reads from Slurm's own 
 `SLURM_PROCID`, `WORLD_SIZE` from `SLURM_NTASKS`, `MASTER_ADDR` the allocation's first node,
 where the batch script and so `srun` run), runs the command, passes SIGTERM on (a cancel's
 grace period, for checkpoints) and records the rank's node and exit code beside its log.
+A workload that reads or writes folders of the platform's data directory runs under
+bubblewrap (`bwrap`, unprivileged, as the account): the node's file system as the account sees
+it, with the data directory replaced by a folder of the job's own into which each folder's
+home on the shared path is bound at the folder's own path (read-only where it only reads).
 Standard library only: it runs on every node before anything else is imported.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,6 +51,59 @@ def rank_env(base: dict[str, str], slurm: dict[str, str]) -> dict[str, str]:
     }
 
 
+class LaunchError(Exception):
+    """The rank cannot be started as its workload asks; the message is for people."""
+
+
+def data_dir_args(data_dir: Path) -> list[str]:
+    """bwrap arguments for the node's file system as the account sees it, with an empty
+    folder of the job's own at `data_dir`. A folder on the way the account may not pass is
+    covered whole (it could see nothing in it anyway); where the data directory's path does
+    not exist on the node, the deepest folder of it that does is rebuilt entry by entry."""
+    current = Path("/")
+    for part in data_dir.parts[1:]:
+        below = current / part
+        if not os.path.lexists(below):
+            return _graft(current)
+        if below == data_dir or not os.access(below, os.X_OK):
+            return ["--dev-bind", "/", "/", "--tmpfs", str(below)]
+        current = below
+    raise LaunchError(f"the data directory {data_dir} is not a folder path")
+
+
+def _graft(folder: Path) -> list[str]:
+    """`folder` as a folder of the job's own holding the node's entries of it."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        raise LaunchError(f"cannot list {folder} to make the data directory below it: "
+                          f"{exc.strerror}") from exc
+    args = [] if folder == Path("/") else ["--dev-bind", "/", "/", "--tmpfs", str(folder)]
+    for name in names:
+        path = folder / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        else:
+            args += ["--dev-bind-try", str(path), str(path)]
+    return args
+
+
+def sandboxed(launch: dict) -> list[str]:
+    """The rank's command line: bubblewrap around the command when the workload binds folders
+    of the data directory, the command itself otherwise."""
+    binds = launch.get("binds") or []
+    if not binds:
+        return list(launch["command"])
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise LaunchError("this workload reads folders of the platform's data directory, "
+                          "which needs bubblewrap (bwrap) on every node; install it")
+    args = [bwrap, "--die-with-parent", *data_dir_args(Path(launch["data_dir"]))]
+    for bind in sorted(binds, key=lambda bind: len(Path(bind["path"]).parts)):
+        args += ["--ro-bind" if bind["read_only"] else "--bind", bind["source"], bind["path"]]
+    return [*args, "--chdir", launch["cwd"], "--", *launch["command"]]
+
+
 def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -60,7 +118,11 @@ def main(folder: Path) -> int:
     _write(folder / f"replica-{rank}.node", node)
     try:
         child = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-            launch["command"], cwd=launch["cwd"], env=env, start_new_session=True)
+            sandboxed(launch), cwd=launch["cwd"], env=env, start_new_session=True)
+    except LaunchError as exc:
+        print(f"could not start the rank on {node}: {exc}", file=sys.stderr, flush=True)
+        _write(folder / f"replica-{rank}.exit", "127")
+        return 127
     except OSError as exc:
         print(f"could not start {launch['command'][0]!r}: {exc}", file=sys.stderr, flush=True)
         _write(folder / f"replica-{rank}.exit", "127")

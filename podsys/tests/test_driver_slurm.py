@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from podsys.drivers.base import CORDONED_BY_PLATFORM, DriverError, Phase, Resources, Workload
+from podsys.drivers.base import (
+    CORDONED_BY_PLATFORM,
+    DataMount,
+    DriverError,
+    Phase,
+    Resources,
+    Workload,
+)
 from podsys.drivers.slurm import SlurmDriver
 from tests.slurm_cluster import SlurmCluster, posix_accounts, shared_folder
 
@@ -292,3 +299,172 @@ def test_a_job_forged_with_a_cut_short_launchs_name_and_comment_is_not_adopted(
         assert len(_slurm_jobs(slurm, "job-11-a1")) == 2  # ours, once, and the forgery
     finally:
         slurm.run("scancel", forged.strip().split(";")[0], check=False)
+
+
+@pytest.fixture
+def data_dir(settings, tmp_path):
+    """The platform's data directory, its own (0700) as in production."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    settings.DATA_DIR = data
+    return data
+
+
+def _dataset(data_dir: Path, text: str) -> Path:
+    version = data_dir / "datasets" / "acme" / "1-docs" / "v1-0a1b2c3d4e5f"
+    version.mkdir(parents=True, exist_ok=True)
+    (version / "docs.jsonl").write_text(text)
+    return version
+
+
+READS_AND_WRITES = """
+    import os, pathlib, sys
+    dataset, run, data = (pathlib.Path(p) for p in sys.argv[1:4])
+    print("read", (dataset / "docs.jsonl").read_text().strip(), flush=True)
+    print("spec", (run / "spec.json").read_text(), flush=True)
+    (run / "output").mkdir()
+    (run / "output" / "result.txt").write_text(f"written by {os.getuid()}")
+    try:
+        (dataset / "planted.txt").write_text("x")
+    except OSError as exc:
+        print("dataset", exc.strerror, flush=True)
+    print("data holds", sorted(p.name for p in data.iterdir()), flush=True)
+"""
+
+
+def _reads_and_writes(workload_id, dataset, run, data_dir, **fields):
+    workload = _workload(workload_id, READS_AND_WRITES, gpus=0, data_mounts=(
+        DataMount(str(dataset), read_only=True), DataMount(str(run), read_only=False)),
+        **fields)
+    return Workload(**{**workload.__dict__, "command": (
+        *workload.command, str(dataset), str(run), str(data_dir))})
+
+
+def test_a_job_sees_its_datasets_and_run_folder_at_their_paths_and_nothing_else(
+        driver, data_dir):
+    dataset = _dataset(data_dir, '{"text": "hello"}')
+    (data_dir / "ogai.sqlite3").write_text("every tenant's rows")
+    run = data_dir / "ylink" / "training-runs" / "5-20261204T000000"
+    run.mkdir(parents=True)
+    (run / "spec.json").write_text('{"steps": 3}')
+
+    handle = driver.launch(_reads_and_writes("job-12-a1", dataset, run, data_dir))
+    status = _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED})
+    log = driver.logs(handle)
+    assert status.phase == Phase.SUCCEEDED, log
+    assert 'read {"text": "hello"}' in log and 'spec {"steps": 3}' in log
+    assert "dataset Read-only file system" in log
+    assert "data holds ['datasets', 'ylink']" in log  # not the database, nor anything else
+    # What the job wrote is where the platform reads it, at the run folder's own path.
+    assert (run / "output" / "result.txt").read_text() == f"written by {TENANT_UID}"
+    assert run.is_symlink()
+    home = Path(os.readlink(run))
+    assert home == driver.root / "data" / run.relative_to(data_dir)
+    assert home.stat().st_uid == TENANT_UID and home.stat().st_mode & 0o777 == 0o700
+    # The dataset was staged for the tenant's account: root's, closed to every other one.
+    assert not (dataset / "planted.txt").exists()
+    top = driver.root / "staged" / str(TENANT_UID)
+    assert (top.stat().st_uid, top.stat().st_gid, top.stat().st_mode & 0o777) == \
+        (0, TENANT_UID, 0o750)
+    [staged] = (top / "datasets" / "acme" / "1-docs").iterdir()
+    assert staged.name.startswith("v1-0a1b2c3d4e5f@")
+    assert (staged / "docs.jsonl").stat().st_uid == 0
+
+
+def test_a_staged_dataset_is_reused_until_it_changes_and_a_later_run_finds_its_home(
+        driver, data_dir):
+    dataset = _dataset(data_dir, '{"text": "first"}')
+    runs = data_dir / "ylink" / "training-runs"
+    for number in (13, 14, 15):
+        (runs / str(number)).mkdir(parents=True)
+        (runs / str(number) / "spec.json").write_text(str(number))
+    for number in (13, 14):
+        handle = driver.launch(_reads_and_writes(f"job-{number}-a1", dataset,
+                                                 runs / str(number), data_dir))
+        assert _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED}).phase == \
+            Phase.SUCCEEDED, driver.logs(handle)
+    staged = driver.root / "staged" / str(TENANT_UID) / "datasets" / "acme" / "1-docs"
+    assert len(list(staged.iterdir())) == 1  # the same copy for both
+
+    (dataset / "docs.jsonl").write_text('{"text": "second"}')
+    handle = driver.launch(_reads_and_writes("job-15-a1", dataset, runs / "15", data_dir))
+    assert _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
+    assert 'read {"text": "second"}' in driver.logs(handle)
+    assert len(list(staged.iterdir())) == 2  # a new copy; the one jobs may still read stays
+
+    # A retry of run 13 (its folder moved to the shared path already) finds it there.
+    (runs / "13" / "output" / "result.txt").unlink()
+    (runs / "13" / "output").rmdir()
+    handle = driver.launch(_reads_and_writes("job-13-a2", dataset, runs / "13", data_dir))
+    assert _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
+    assert "spec 13" in driver.logs(handle)
+
+
+def test_another_tenants_job_reaches_none_of_a_tenants_data_on_the_shared_path(
+        driver, data_dir):
+    dataset = _dataset(data_dir, '{"text": "acme only"}')
+    run = data_dir / "ylink" / "training-runs" / "16"
+    run.mkdir(parents=True)
+    (run / "spec.json").write_text("{}")
+    handle = driver.launch(_reads_and_writes("job-16-a1", dataset, run, data_dir))
+    assert _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
+    [staged] = (driver.root / "staged" / str(TENANT_UID) / "datasets" / "acme" / "1-docs"
+                ).iterdir()
+    home = driver.root / "data" / "ylink" / "training-runs" / "16"
+
+    # The rival's own job, on the same nodes, goes for them by path and by listing.
+    rival = Workload(**{**_workload("job-17-a1", f"""
+        import os
+        for path in ({str(staged / "docs.jsonl")!r}, {str(home / "output" / "result.txt")!r}):
+            try:
+                print("read", open(path).read(), flush=True)
+            except OSError as exc:
+                print("refused", exc.strerror, flush=True)
+        for folder in ({str(driver.root / "data")!r}, {str(driver.root / "staged")!r}):
+            try:
+                print("listed", os.listdir(folder), flush=True)
+            except OSError as exc:
+                print("refused", exc.strerror, flush=True)
+    """, gpus=0).__dict__, "tenant": "rival", "run_as": OTHER_UID})
+    handle = driver.launch(rival)
+    assert _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
+    log = driver.logs(handle)
+    assert "read" not in log and "listed" not in log
+    assert log.count("refused Permission denied") == 4
+
+    # Handed the tenant's run folder itself (a platform bug), the rival's job cannot open it.
+    stolen = Workload(**{**_workload("job-18-a1", f"print(open({str(run / 'spec.json')!r}))",
+                                     gpus=0, data_mounts=(DataMount(str(run)),)).__dict__,
+                         "tenant": "rival", "run_as": OTHER_UID})
+    handle = driver.launch(stolen)
+    status = _wait(driver, handle, {Phase.SUCCEEDED, Phase.FAILED})
+    assert status.phase == Phase.FAILED
+    assert "Permission denied" in driver.logs(handle)
+
+
+def test_cleanup_removes_staged_copies_once_no_job_binds_them_for_a_day(driver, data_dir):
+    dataset = _dataset(data_dir, '{"text": "first"}')
+    reading = _workload("job-19-a1", "import time; print('up', flush=True); time.sleep(600)",
+                        gpus=0, data_mounts=(DataMount(str(dataset)),))
+    running = driver.launch(reading)
+    assert _wait(driver, running, {Phase.RUNNING, Phase.FAILED}).phase == Phase.RUNNING
+    (dataset / "docs.jsonl").write_text('{"text": "second"}')
+    done = driver.launch(_workload("job-20-a1", "print('read')", gpus=0,
+                                   data_mounts=(DataMount(str(dataset)),)))
+    assert _wait(driver, done, {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
+    staged = driver.root / "staged" / str(TENANT_UID) / "datasets" / "acme" / "1-docs"
+    # The running job's copy is the one its state recorded (two stagings within a second
+    # share a modification time, so age cannot tell them apart).
+    bound = {Path(source) for source in driver._load(running)["binds"]}
+    [first] = [copy for copy in staged.iterdir() if copy in bound]
+    [second] = [copy for copy in staged.iterdir() if copy != first]
+
+    assert driver.cleanup() == 0  # both used today
+    day_after = time.time() + 2 * 24 * 3600
+    assert driver.cleanup(now=day_after) == 1  # the finished job's; the running one keeps its
+    assert [copy.name for copy in staged.iterdir()] == [first.name]
+    driver.cancel(running)
+    assert _wait(driver, running, {Phase.SUCCEEDED, Phase.FAILED}).phase != Phase.RUNNING
+    assert driver.cleanup(now=day_after) == 1
+    assert list(staged.iterdir()) == []
+    assert second.name != first.name

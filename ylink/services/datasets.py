@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -76,7 +77,8 @@ def _record(*, dataset: Dataset, folder: Path, fmt: str, documents: int, size: i
     final.parent.mkdir(parents=True, exist_ok=True)
     # A folder left there by a crash between an earlier move and its commit is no version.
     storage.remove(final)
-    folder.rename(final)
+    # A rename, or a copy where the folder is a Slurm run's on the cluster's shared path.
+    shutil.move(folder, final)
     return version
 
 

@@ -18,9 +18,9 @@ from aistation.choices import FINAL_STATES, JobState
 from tests.processes import job_processes
 from ylink.models import PipelineRun, TrainingRun
 from ylink.services.datasets import dataset_create, dataset_upload
-from ylink.services.demo import DEMO_PIPELINE, demo_corpus
 from ylink.services.pipelines import pipeline_run_start
 from ylink.services.training import training_run_start
+from ylink.tests.corpus import demo_steps, uploaded_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -46,13 +46,8 @@ def test_corpus_to_pipeline_to_pretraining_with_a_kill_to_lora(
         world, local_queue, live_server, settings, celery_worker_process):
     settings.OGAI_INTERNAL_URL = live_server.url
     member = world.alpha_member
-    corpus = dataset_create(actor=member, tenant=world.alpha, name="docs")
-    lines = "".join(json.dumps(d) + "\n" for d in demo_corpus())
-    source = dataset_upload(actor=member, dataset=corpus,
-                            upload=ContentFile(lines.encode(), name="docs.jsonl"))
-
-    steps = [dict(step) for step in DEMO_PIPELINE]
-    steps[-1] = {"type": "tokenize", "params": {"seq_len": 128}}
+    source = uploaded_corpus(actor=member, tenant=world.alpha)
+    steps = demo_steps(seq_len=128)
     pipeline = pipeline_run_start(actor=member, version=source, steps=steps,
                                   queue=local_queue, memory_mib=1024)
     pipeline = _wait(pipeline, lambda r: r.succeeded, "finished")
