@@ -3,9 +3,12 @@
 On the local driver a replica is a process of this machine: `transformers serve` from the
 platform's own environment (its interpreter, `-m transformers.cli.transformers`, so no console
 script has to be on PATH), `vllm serve` only from the environment an operator names in
-OGAI_VLLM_COMMAND (vLLM cannot be installed beside the platform's CPU torch). Anywhere else the
-replica is a container: the vLLM image, or an image with transformers[serving]
-(OGAI_TRANSFORMERS_IMAGE), each answering on SERVER_PORT.
+OGAI_VLLM_COMMAND (vLLM cannot be installed beside the platform's CPU torch). On a driver whose
+nodes pick a service's port (Slurm's) the replica is a process of a node, in the nodes' own
+environment (the platform's `python`, vLLM at OGAI_VLLM_COMMAND there too), answering on every
+address at the port its node gives it. Anywhere else the replica is a container: the vLLM
+image, or an image with transformers[serving] (OGAI_TRANSFORMERS_IMAGE), each answering on
+SERVER_PORT.
 
 Every server requires its deployment's key (`Authorization: Bearer`) on all but `/health`, read
 from the environment variable `key_env` (the replica's job gets it in its secret environment,
@@ -29,6 +32,8 @@ from django.core.exceptions import ValidationError
 
 from mmodel.choices import Runtime
 from mmodel.runners import serve_transformers
+from podsys.drivers import DriverError, driver_class
+from podsys.drivers.base import SERVICE_PORT_ARG
 
 SERVER_PORT = 8000  # inside a container
 # transformers' continuous batching stores the KV cache in pages of this many tokens (its
@@ -47,8 +52,9 @@ VLLM_KEY_ENV = "VLLM_API_KEY"
 @dataclass(frozen=True)
 class ServerSpec:
     """What a replica's job runs: `command` with `env` (in `image` where the cluster runs
-    images), answering on `port` under the model name `served_model` to requests with the key
-    it reads from the environment variable `key_env`."""
+    images), answering on `port` (0: the one its node gives it) under the model name
+    `served_model` to requests with the key it reads from the environment variable
+    `key_env`."""
 
     command: list[str]
     port: int
@@ -68,19 +74,33 @@ class ServeTarget:
 
 
 def runs_locally(cluster_driver: str) -> bool:
-    """The local driver runs the command in this machine's environment; every other driver
-    (Kubernetes, and the fake one, which stands for a cluster) runs it in an image."""
+    """The local driver runs the command in this machine's environment."""
     return cluster_driver == "local"
+
+
+def runs_on_nodes(cluster_driver: str) -> bool:
+    """The driver runs the command in its nodes' own environment, at a port the node picks
+    (Slurm's); the others (Kubernetes, and the fake one, which stands for a cluster) run it
+    in an image."""
+    try:
+        return driver_class(cluster_driver).assigns_ports
+    except DriverError:
+        return False
+
+
+def runs_images(cluster_driver: str) -> bool:
+    return not runs_locally(cluster_driver) and not runs_on_nodes(cluster_driver)
 
 
 def check_runtime(runtime: str, cluster_driver: str) -> None:
     """Refuse, in words, a runtime that cannot run on this kind of cluster."""
     if runtime == Runtime.VLLM:
-        if runs_locally(cluster_driver) and not settings.OGAI_VLLM_COMMAND:
+        if not runs_images(cluster_driver) and not settings.OGAI_VLLM_COMMAND:
+            where = "here" if runs_locally(cluster_driver) else "on the nodes"
             raise ValidationError({"runtime": (
-                "vLLM is not installed here: set OGAI_VLLM_COMMAND to the vllm executable of "
-                "its own environment, or use the transformers runtime")})
-        if not runs_locally(cluster_driver) and not settings.OGAI_VLLM_IMAGE:
+                f"vLLM is not installed {where}: set OGAI_VLLM_COMMAND to the vllm executable "
+                "of its own environment, or use the transformers runtime")})
+        if runs_images(cluster_driver) and not settings.OGAI_VLLM_IMAGE:
             raise ValidationError({"runtime": "No vLLM image is configured: set "
                                    "OGAI_VLLM_IMAGE, or use the transformers runtime."})
     elif runtime == Runtime.TRANSFORMERS:
@@ -103,9 +123,11 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
     """The server of one replica. `name` is the deployment's name (the model name vLLM is told
     to answer to); a local replica gets a free port of this machine."""
     check_runtime(runtime, cluster_driver)
-    local = runs_locally(cluster_driver)
-    port = free_port() if local else SERVER_PORT
-    host = "127.0.0.1" if local else "0.0.0.0"  # noqa: S104 - a pod answers its Service
+    local, images = runs_locally(cluster_driver), runs_images(cluster_driver)
+    port = free_port() if local else SERVER_PORT if images else 0
+    # A pod answers its Service; a node's process the platform's host.
+    host = "127.0.0.1" if local else "0.0.0.0"  # noqa: S104
+    port_arg = str(port) if port else SERVICE_PORT_ARG
     threads = str(max(1, math.ceil(cpu)))
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
            "TOKENIZERS_PARALLELISM": "false",
@@ -113,21 +135,23 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
            # A CUDA image shows every GPU of the node unless told otherwise.
            **({} if gpus else {"CUDA_VISIBLE_DEVICES": ""})}
     if runtime == Runtime.VLLM:
-        return _vllm(target, name=name, host=host, port=port, gpus=gpus, local=local, env=env)
+        return _vllm(target, name=name, host=host, port=port, gpus=gpus, images=images,
+                     env=env)
     if target.adapter is not None:
         raise ValueError("transformers serves adapters merged into their base (mmodel.merge)")
     # An image has transformers but not the platform: the launcher goes as its source text.
     launcher = [sys.executable, "-m", serve_transformers.__name__] if local else \
-        ["python", "-c", _launcher_source()]
+        ["python", "-c", _launcher_source()] if images else \
+        ["python", "-m", serve_transformers.__name__]
     command = [*launcher,
-               "serve", str(target.folder), "--host", host, "--port", str(port),
+               "serve", str(target.folder), "--host", host, "--port", port_arg,
                "--device", "cuda" if gpus else "cpu", "--continuous-batching",
                *_kv_cache_args(target.folder, gpus=gpus, memory_mib=memory_mib),
                "--log-level", "warning"]
     # transformers serve names the model by the path it was given.
     return ServerSpec(command=command, port=port, served_model=str(target.folder),
                       key_env=serve_transformers.KEY_ENV,
-                      image="" if local else settings.OGAI_TRANSFORMERS_IMAGE, env=env)
+                      image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
 
 
 @cache
@@ -135,21 +159,21 @@ def _launcher_source() -> str:
     return Path(serve_transformers.__file__).read_text()
 
 
-def _vllm(target: ServeTarget, *, name: str, host: str, port: int, gpus: int, local: bool,
+def _vllm(target: ServeTarget, *, name: str, host: str, port: int, gpus: int, images: bool,
           env: dict[str, str]) -> ServerSpec:
-    program = shlex.split(settings.OGAI_VLLM_COMMAND) if local else ["vllm"]
+    program = ["vllm"] if images else shlex.split(settings.OGAI_VLLM_COMMAND)
     # With an adapter the base answers under another name and the adapter under the
     # deployment's: requests name the adapter.
     base_name = f"{name}-base" if target.adapter is not None else name
-    command = [*program, "serve", str(target.folder), "--host", host, "--port", str(port),
-               "--served-model-name", base_name]
+    command = [*program, "serve", str(target.folder), "--host", host,
+               "--port", str(port) if port else SERVICE_PORT_ARG, "--served-model-name", base_name]
     if gpus > 1:
         command += ["--tensor-parallel-size", str(gpus)]
     if target.adapter is not None:
         command += ["--enable-lora", "--lora-modules", f"{name}={target.adapter}"]
     # vLLM checks the key on its /v1 routes; /health stays open.
     return ServerSpec(command=command, port=port, served_model=name, key_env=VLLM_KEY_ENV,
-                      image="" if local else settings.OGAI_VLLM_IMAGE, env=env)
+                      image=settings.OGAI_VLLM_IMAGE if images else "", env=env)
 
 
 def _kv_cache_args(folder: Path, *, gpus: int, memory_mib: int) -> list[str]:

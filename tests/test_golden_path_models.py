@@ -8,14 +8,10 @@ deployment goes on, and the platform restarts it."""
 import contextlib
 import os
 import signal
-import socket
-import threading
 import time
-from contextlib import contextmanager
 
 import openai
 import pytest
-import uvicorn
 
 from aistation.choices import JobState
 from infra_os.models import UsageRecord
@@ -27,34 +23,10 @@ from mmodel.services.deployments import deployment_create, deployment_stop
 from mmodel.services.registry import model_import_start
 from mmodel.tests.tiny import tiny_model
 from podsys.runtime import driver_for
+from tests.platform_server import platform_server
 from tests.processes import job_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def _platform_server():
-    """The platform's ASGI app (Django and the gateway) under uvicorn in a thread."""
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config("ogai.asgi:application", host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the platform's server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
 
 
 def _wait(condition, what: str, timeout: float = 120.0):
@@ -129,7 +101,7 @@ def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_r
 
     alpha_key = api_token_create(actor=member, name="sdk", expires_at=None).secret
     beta_key = api_token_create(actor=world.beta_member, name="sdk", expires_at=None).secret
-    with _platform_server() as url:
+    with platform_server() as url:
         alpha = openai.OpenAI(base_url=f"{url}/v1", api_key=alpha_key, max_retries=0)
         beta = openai.OpenAI(base_url=f"{url}/v1", api_key=beta_key, max_retries=0)
 

@@ -9,16 +9,23 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
+import openai
 import pytest
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
+from django.test import Client
 from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
 from aistation.services.jobs import job_cancel, job_submit
+from aistation.services.notebooks import notebook_start, notebook_state, notebook_stop
 from aistation.services.queues import queue_create
 from aistation.services.workloads import tenant_uid
 from infra_os.models import UsageRecord
-from mmodel.models import EvaluationResult
+from infra_os.services.tokens import api_token_create
+from mmodel.models import DeploymentReplica, EvaluationResult
+from mmodel.services.deployments import deployment_create, deployment_stop
 from mmodel.services.evaluation import benchmark_create, evaluation_start
 from mmodel.tests.evaluation_fixtures import MC_DOCS, _version, jsonl
 from mmodel.tests.tiny import tiny_model
@@ -31,6 +38,7 @@ from podsys.services.clusters import (
     cluster_sync_nodes,
     node_set_schedulable,
 )
+from tests.platform_server import platform_server
 from tests.slurm_cluster import SlurmCluster, posix_accounts, shared_folder
 from ylink import storage
 from ylink.services.pipelines import pipeline_run_start
@@ -368,3 +376,117 @@ def test_an_evaluation_on_slurm_scores_a_model_and_a_rerun_reads_its_cache(
     assert second.cached_requests == second.total_requests == first.total_requests
     assert EvaluationResult.objects.filter(run=second, metric="acc").exists()
     assert first.job.attempts.get().workload_id != second.job.attempts.get().workload_id
+
+
+@pytest.fixture
+def fast_watch(monkeypatch):
+    """For the worker started after it: the deployments' watch runs every second."""
+    monkeypatch.setenv("OGAI_DEPLOYMENT_WATCH_S", "1")
+
+
+def _ready_replica(deployment, timeout: float = 240.0) -> DeploymentReplica:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        replica = DeploymentReplica.objects.select_related("job").filter(
+            deployment=deployment).first()
+        if replica is not None and replica.ready and replica.job.state == JobState.RUNNING:
+            return replica
+        if replica is not None and replica.job is not None \
+                and replica.job.state in FINAL_STATES:
+            break
+        time.sleep(0.5)
+    job = replica.job if replica is not None else None
+    raise AssertionError(f"the replica never answered: {replica and replica.message}; job "
+                         f"{job and job.state} ({job and job.reason})")
+
+
+def test_a_model_deployed_on_slurm_answers_through_the_gateway_from_its_node(
+        world, checked, slurm, settings, fast_watch, celery_worker_process):
+    """A model replica is a Slurm job of the tenant's account answering at its node's address
+    on the port the node gave it; the gateway reaches it there, and nothing reaches it
+    without the deployment's key."""
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=checked)
+    member = world.alpha_member
+    seed = time.time_ns() % 2**31
+    folder = tiny_model(Path(settings.DATA_DIR) / "models" / world.alpha.name
+                        / f"slurm-serve-{seed}", seed=seed)
+    deployment = deployment_create(
+        actor=member, tenant=world.alpha, name="hpc-chat",
+        version=_version(world.alpha, "slurm-serve", folder), queue=queue,
+        cpu_per_replica=1, memory_mib_per_replica=1024)
+    try:
+        replica = _ready_replica(deployment)
+        workload = replica.job.attempts.get().workload_id
+        [ran] = [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
+                 if j["name"] == workload]
+        assert ran["user_id"] == tenant_uid(world.alpha.pk)
+        address = _slurm_node(slurm, ran["nodes"])["address"]
+        assert replica.upstream.startswith(f"http://{address}:")
+        # The node's network reaches the replica; its key keeps everyone else out.
+        direct = httpx.post(f"{replica.upstream}/v1/chat/completions", timeout=10, json={
+            "model": replica.served_model, "messages": [{"role": "user", "content": "hi"}]})
+        assert direct.status_code == 401
+
+        key = api_token_create(actor=member, name="sdk", expires_at=None).secret
+        with platform_server() as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+            deadline = time.monotonic() + 10
+            while "hpc-chat" not in {model.id for model in client.models.list()}:
+                assert time.monotonic() < deadline, "the gateway never lists the deployment"
+                time.sleep(0.25)
+            answer = client.chat.completions.create(
+                model="hpc-chat", messages=[{"role": "user", "content": "Name a capital."}],
+                max_tokens=8)
+            assert answer.choices[0].message.content
+            assert answer.usage.completion_tokens > 0
+    finally:
+        deployment_stop(actor=member, deployment=deployment)
+    # The stop reaches Slurm: the replica's job ends there (after its grace period).
+    deadline = time.monotonic() + 60
+    while [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
+           if j["name"] == workload and j["job_state"] in ("RUNNING", "PENDING")]:
+        assert time.monotonic() < deadline, "the stopped replica still runs in Slurm"
+        time.sleep(0.5)
+
+
+def _signed_in(user) -> dict[str, str]:
+    """The headers of a browser signed in to the platform as `user`."""
+    client = Client()
+    client.force_login(user)
+    name = django_settings.SESSION_COOKIE_NAME
+    return {"Cookie": f"{name}={client.cookies[name].value}"}
+
+
+def test_a_notebook_on_slurm_opens_through_the_proxy_for_its_owner_only(
+        world, checked, slurm, celery_worker_process):
+    """JupyterLab as a Slurm job of the tenant's account, on the port its node gave it,
+    reached through the platform's proxy with the platform's sign-in."""
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=checked)
+    notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha, queue=queue,
+                              name="hpc", cpu=1, memory_mib=1024)
+    try:
+        deadline = time.monotonic() + 120
+        while notebook_state(notebook) != "running":
+            assert time.monotonic() < deadline, (notebook_state(notebook), notebook.job.reason)
+            time.sleep(0.5)
+            notebook.refresh_from_db()
+            notebook.job.refresh_from_db()
+        workload = notebook.job.attempts.get().workload_id
+        [ran] = [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
+                 if j["name"] == workload]
+        assert ran["user_id"] == tenant_uid(world.alpha.pk)
+        status = f"/notebooks/{notebook.pk}/api/status"
+        with platform_server() as url, httpx.Client(base_url=url, trust_env=False,
+                                                    timeout=10) as http:
+            deadline = time.monotonic() + 60
+            while (answer := http.get(status, headers=_signed_in(
+                    world.alpha_member))).status_code != 200:
+                assert time.monotonic() < deadline, (answer.status_code, answer.text[:300])
+                time.sleep(0.5)
+            assert "kernels" in answer.json()
+            # Another tenant's member is not let through, signed in or not.
+            other = http.get(status, headers=_signed_in(world.beta_member))
+            assert other.status_code == 404
+            assert http.get(status).status_code == 302
+    finally:
+        notebook_stop(actor=world.alpha_member, notebook=notebook)

@@ -35,7 +35,8 @@ from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from infra_os.services.tokens import api_token_create, api_token_revoke
 from ogai.crypto import decrypt, encrypt
-from podsys.drivers.base import DataMount, DriverError
+from podsys.drivers import driver_class
+from podsys.drivers.base import SERVICE_PORT_ARG, DataMount, DriverError
 from podsys.runtime import driver_for
 
 logger = logging.getLogger(__name__)
@@ -117,20 +118,26 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _command(notebook: Notebook, local: bool) -> tuple[list[str], int]:
-    """JupyterLab serving under /notebooks/<id>/, its token from JUPYTER_TOKEN (never argv)."""
+def _command(notebook: Notebook, driver: str) -> tuple[list[str], int]:
+    """JupyterLab serving under /notebooks/<id>/, its token from JUPYTER_TOKEN (never argv),
+    and the port it answers on (0: the one its node gives it)."""
     home = notebook_home(notebook)
     common = [f"--ServerApp.base_url=/notebooks/{notebook.pk}/", f"--ServerApp.root_dir={home}",
               "--ServerApp.open_browser=False", "--ServerApp.port_retries=0"]
-    if local:
+    remote = ["--ServerApp.ip=0.0.0.0", "--ServerApp.allow_remote_access=True"]
+    if driver_class(driver).assigns_ports:
+        # A process of a node, as the tenant's account, in the nodes' own environment.
+        return ["python", "-m", "jupyterlab", *remote,
+                f"--ServerApp.port={SERVICE_PORT_ARG}", *common], 0
+    if driver == "local":
         port = _free_port()
         # Local sessions run as the platform's own user, which Jupyter refuses when it is
         # root unless told (kernels run code as that user whatever Jupyter says).
         as_root = ["--ServerApp.allow_root=True"] if os.geteuid() == 0 else []
         return [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1",
                 f"--ServerApp.port={port}", *as_root, *common], port
-    return ["jupyter", "lab", "--ServerApp.ip=0.0.0.0", f"--ServerApp.port={JUPYTER_PORT}",
-            "--ServerApp.allow_remote_access=True", *common], JUPYTER_PORT
+    return ["jupyter", "lab", *remote, f"--ServerApp.port={JUPYTER_PORT}", *common], \
+        JUPYTER_PORT
 
 
 def _folder_bytes(path: Path) -> int:
@@ -164,10 +171,9 @@ def _start_session(actor, notebook: Notebook, kind: str, reason: str) -> Noteboo
     """A new job for the notebook, with fresh tokens (the Jupyter server's, and the SDK's API
     token acting as the owner), both only in the job's secret environment."""
     _check_storage(notebook.tenant)
-    local = notebook.queue.cluster.driver == "local"
     home = notebook_home(notebook)
     home.mkdir(parents=True, exist_ok=True)
-    command, port = _command(notebook, local)
+    command, port = _command(notebook, notebook.queue.cluster.driver)
     server_token = secrets.token_urlsafe(32)
     sdk = api_token_create(actor=notebook.owner, name=f"notebook {notebook.pk}",
                            expires_at=timezone.now() + SDK_TOKEN_LIFETIME)

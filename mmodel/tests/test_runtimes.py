@@ -19,6 +19,7 @@ from mmodel.runtimes import (
     server_spec,
 )
 from mmodel.tests.tiny import tiny_model
+from podsys.drivers.base import SERVICE_PORT_ARG
 
 
 def arg(command, flag):
@@ -106,6 +107,27 @@ def test_in_an_image_the_server_answers_on_the_fixed_port(settings):
     with pytest.raises(ValidationError) as caught:
         check_runtime("transformers", "kubernetes")
     assert "OGAI_TRANSFORMERS_IMAGE" in caught.value.message_dict["runtime"][0]
+
+
+def test_on_slurm_the_server_is_a_nodes_process_on_the_port_its_node_gives_it(settings):
+    settings.OGAI_TRANSFORMERS_IMAGE = "registry.example/serving:5.24"  # not for Slurm's nodes
+    server = spec(driver="slurm")
+    # The nodes' own environment: the platform's `python` (the driver puts it first on PATH).
+    assert server.command[:4] == ["python", "-m", "mmodel.runners.serve_transformers", "serve"]
+    assert server.image == "" and server.port == 0
+    # On every address (the platform's host reaches it), at the port the node picks.
+    assert arg(server.command, "--host") == "0.0.0.0"  # noqa: S104
+    assert arg(server.command, "--port") == SERVICE_PORT_ARG
+
+    settings.OGAI_VLLM_COMMAND = ""
+    with pytest.raises(ValidationError) as caught:
+        spec("vllm", driver="slurm")
+    assert caught.value.message_dict["runtime"][0].startswith(
+        "vLLM is not installed on the nodes: set OGAI_VLLM_COMMAND")
+    settings.OGAI_VLLM_COMMAND = "/opt/vllm/bin/vllm"
+    server = spec("vllm", driver="slurm")
+    assert server.command[:2] == ["/opt/vllm/bin/vllm", "serve"] and server.image == ""
+    assert arg(server.command, "--port") == SERVICE_PORT_ARG
 
 
 def test_vllm_locally_needs_its_own_environment(settings):

@@ -11,7 +11,7 @@ import threading
 
 from podsys.drivers.base import ClusterDriver, DriverError
 
-__all__ = ["ClusterDriver", "DriverError", "get_driver", "reset_drivers"]
+__all__ = ["ClusterDriver", "DriverError", "driver_class", "get_driver", "reset_drivers"]
 
 _drivers: dict[tuple[str, str, str], ClusterDriver] = {}
 _lock = threading.Lock()
@@ -41,6 +41,12 @@ def _driver_class(path: str) -> type[ClusterDriver]:
     if not (isinstance(cls, type) and issubclass(cls, ClusterDriver)):
         raise DriverError(f"{path!r} is not a ClusterDriver")
     return cls
+
+
+def driver_class(driver: str) -> type[ClusterDriver]:
+    """The class of the driver named `driver` (a name or a dotted path), for what it says of
+    every cluster it drives (`assigns_ports`, `unsupported`)."""
+    return _driver_class(_driver_path(driver))
 
 
 def get_driver(*, cluster: str, driver: str, options: dict | None = None) -> ClusterDriver:

@@ -35,6 +35,13 @@ ROLE_MODEL_CLIENT = "model-client"
 # On a node the platform cordoned on the cluster itself (`set_schedulable`), set to "true".
 CORDONED_BY_PLATFORM = "ogai.io/cordoned"
 
+# Where a driver's services share the network of the node they start on
+# (`ClusterDriver.assigns_ports`), the node picks the port: a service's command carries this in
+# its arguments, replaced there by that port (also in the environment as SERVICE_PORT_ENV), and
+# asks for it with a port of 0 in `Workload.ports`.
+SERVICE_PORT_ARG = "{ogai_service_port}"
+SERVICE_PORT_ENV = "OGAI_SERVICE_PORT"
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -202,6 +209,9 @@ class ConnectionReport:
 
 class ClusterDriver(ABC):
     unsupported: dict[str, str] = {}
+    # Services share their node's network, and the node picks their port (SERVICE_PORT_ARG);
+    # False where the platform picks it (a free port of this machine, a pod's own).
+    assigns_ports = False
 
     def __init__(self, *, cluster: str, options: dict | None = None) -> None:
         self.cluster = cluster
@@ -252,7 +262,7 @@ class ClusterDriver(ABC):
         raise DriverError(f"cluster {self.cluster} cannot show what a workload would run")
 
     def endpoint(self, handle: str) -> str | None:
-        """Where a service workload answers (`http://host:port`), or None."""
+        """Where a service workload answers (`http://host:port`), or None (not yet)."""
         return None
 
     def node_metrics(self, node: str) -> str | None:

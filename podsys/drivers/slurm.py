@@ -38,7 +38,8 @@ from django.conf import settings
 from podsys.drivers.base import (
     CORDONED_BY_PLATFORM,
     FEATURE_IMAGES,
-    FEATURE_SERVICES,
+    SERVICE_PORT_ARG,
+    SERVICE_PORT_ENV,
     ClusterDriver,
     ConnectionReport,
     DriverError,
@@ -113,8 +114,8 @@ class SlurmDriver(ClusterDriver):
 
     unsupported = {
         FEATURE_IMAGES: "the slurm driver runs commands in the nodes' own environment",
-        FEATURE_SERVICES: "services on Slurm are not reached by the proxy yet",
     }
+    assigns_ports = True
 
     OPTIONS = frozenset({"slurm_conf", "bin_dir", "shared_dir", "partition", "python",
                          "grace_s", "account"})
@@ -292,7 +293,7 @@ class SlurmDriver(ClusterDriver):
             # it twice.
             token = secrets.token_hex(16)
             state = {"id": workload.id, "uid": uid, "replicas": workload.replicas,
-                     "token": token, "script": script,
+                     "token": token, "script": script, "service": _asks_port(workload),
                      "binds": [bind["source"] for bind in binds]}
             write_json(self._state_path(workload.id), state)
             args = self._sbatch_args(workload, folder, uid, token)
@@ -361,7 +362,9 @@ class SlurmDriver(ClusterDriver):
             fd = os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
                 json.dump({"command": list(workload.command), "cwd": str(cwd), "env": env,
-                           "data_dir": str(settings.DATA_DIR), "binds": binds}, handle)
+                           "data_dir": str(settings.DATA_DIR), "binds": binds,
+                           "service_port": {"arg": SERVICE_PORT_ARG, "env": SERVICE_PORT_ENV}
+                           if _asks_port(workload) else None}, handle)
             os.chown(launch, uid, uid)
         except OSError as exc:
             raise DriverError(f"could not prepare workload {workload.id}: {exc}") from exc
@@ -593,6 +596,23 @@ class SlurmDriver(ClusterDriver):
             raise DriverError(f"workload {handle} has no replica {replica}")
         return read_tail(self._folder(handle) / f"replica-{replica}.log", tail)
 
+    def endpoint(self, handle: str) -> str | None:
+        """The running service's first rank at its node's address (Slurm's NodeAddr) and the
+        port the node gave it; None until it has one. The node is Slurm's word, not the
+        job's: only the port comes from the job's folder, and only as a port number."""
+        state = self._load(handle)
+        if state is None or not state.get("service"):
+            return None
+        port = _read_int(self._folder(handle) / "replica-0.port")
+        if port is None or not 1024 <= port <= 65535:
+            return None
+        job = self._jobs({handle: state}).get(handle)
+        if job is None or job.state not in RUNNING_STATES or not job.nodes:
+            return None
+        first = expand_hostlist(job.nodes)[0]
+        addresses = {node.name: node.address for node in self.cli.nodes(self.partition)}
+        return f"http://{addresses.get(first) or first}:{port}"
+
     def cleanup(self, now: float | None = None) -> int:
         """Remove the staged copies of datasets and models that no pending or running job
         binds and that no launch used for `STAGED_RETENTION_S`; return how many."""
@@ -616,6 +636,10 @@ class SlurmDriver(ClusterDriver):
         folder = self._folder(workload.id)
         args = self._sbatch_args(workload, folder, workload.run_as or os.getuid())
         return "sbatch " + shlex.join(args) + "\n"
+
+
+def _asks_port(workload: Workload) -> bool:
+    return workload.service and bool(workload.ports)
 
 
 def _read_text(path: Path) -> str:

@@ -6,6 +6,9 @@ others can read), sets the variables `torch.distributed` reads from Slurm's own 
 `SLURM_PROCID`, `WORLD_SIZE` from `SLURM_NTASKS`, `MASTER_ADDR` the allocation's first node,
 where the batch script and so `srun` run), runs the command, passes SIGTERM on (a cancel's
 grace period, for checkpoints) and records the rank's node and exit code beside its log.
+A service gets a free port of its node, put into its command where it carries the workload's
+port argument and recorded beside its log, where the platform reads it to reach the service
+at the node's address.
 A workload that reads or writes folders of the platform's data directory runs under
 bubblewrap (`bwrap`, unprivileged, as the account): the node's file system as the account sees
 it, with the data directory replaced by a folder of the job's own into which each folder's
@@ -104,6 +107,22 @@ def sandboxed(launch: dict) -> list[str]:
     return [*args, "--chdir", launch["cwd"], "--", *launch["command"]]
 
 
+def free_port() -> int:
+    """A port of this node no one listens on now, on every address (the platform reaches
+    services from its own host)."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
+
+
+def with_port(launch: dict, env: dict[str, str], port: int) -> tuple[dict, dict[str, str]]:
+    """The launch with `port` in its command where it carries the port argument, and the
+    environment with it under the port's variable name."""
+    arg = launch["service_port"]["arg"]
+    command = [part.replace(arg, str(port)) for part in launch["command"]]
+    return {**launch, "command": command}, {**env, launch["service_port"]["env"]: str(port)}
+
+
 def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -116,6 +135,10 @@ def main(folder: Path) -> int:
     node = os.environ.get("SLURMD_NODENAME", socket.gethostname())
     env = rank_env(launch["env"], dict(os.environ))
     _write(folder / f"replica-{rank}.node", node)
+    if launch.get("service_port"):
+        port = free_port()
+        launch, env = with_port(launch, env, port)
+        _write(folder / f"replica-{rank}.port", str(port))
     try:
         child = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
             sandboxed(launch), cwd=launch["cwd"], env=env, start_new_session=True)

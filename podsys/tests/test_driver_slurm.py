@@ -8,10 +8,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from podsys.drivers.base import (
     CORDONED_BY_PLATFORM,
+    SERVICE_PORT_ARG,
     DataMount,
     DriverError,
     Phase,
@@ -183,6 +185,62 @@ def test_a_node_lost_mid_job_fails_the_job_and_names_the_node(driver, slurm):
         assert not n2.ready and not n2.schedulable and n2.reason == "power supply"
     finally:
         slurm.restore_node("n2")
+
+
+SERVICE = """
+    import http.server, os, sys
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = f"uid {os.getuid()} port {os.environ['OGAI_SERVICE_PORT']}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+    http.server.ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Answer).serve_forever()
+"""
+
+
+def _answer(url: str, timeout: float = 30.0) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return httpx.get(url, timeout=5)
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_a_service_answers_at_its_nodes_address_on_the_port_the_node_gave_it(
+        driver, slurm, shared):
+    workload = Workload(id="svc-1-a1", command=(sys.executable, "-c", textwrap.dedent(SERVICE),
+                                                SERVICE_PORT_ARG),
+                        resources=Resources(cpu_cores=1, memory_mib=256), service=True,
+                        ports=(0,), tenant="acme", run_as=TENANT_UID)
+    handle = driver.launch(workload)
+    assert _wait(driver, handle, {Phase.RUNNING, Phase.FAILED}).phase == Phase.RUNNING
+    deadline = time.monotonic() + 30
+    while (endpoint := driver.endpoint(handle)) is None:
+        assert time.monotonic() < deadline, driver.logs(handle)
+        time.sleep(0.2)
+    [job] = _slurm_jobs(slurm, handle)
+    address = {node["name"]: node["address"]
+               for node in json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]}
+    assert endpoint.startswith(f"http://{address[job['nodes']]}:")
+    port = int(endpoint.rsplit(":", 1)[1])
+    assert _answer(endpoint).text == f"uid {TENANT_UID} port {port}"
+
+    # The job's folder is the tenant's: what it writes there cannot point the platform
+    # elsewhere. The node is Slurm's word; a port file holding anything but a port is no port.
+    folder = shared / "cluster" / "workloads" / handle
+    (folder / "replica-0.node").write_text("attacker.example")
+    assert driver.endpoint(handle) == endpoint
+    for forged in ("22", "10.0.0.1:8000", "http://attacker.example:80", "99999"):
+        (folder / "replica-0.port").write_text(forged)
+        assert driver.endpoint(handle) is None, forged
+    (folder / "replica-0.port").write_text(str(port))
+    driver.cancel(handle)
+    assert driver.endpoint(handle) is None
 
 
 def test_drain_and_resume_are_slurms_own(driver, slurm):
