@@ -243,6 +243,11 @@ def _check_run(run: TrainingRun) -> None:
                                "a finished run's model can be registered."})
     if run.artifact not in ("model", "adapter") or not run.output_path:
         raise ValidationError({"training_run": f"Training run {run.pk} reported no model."})
+    if Path(run.output_path).is_symlink():
+        # The job made it, and a link would have the platform read, as this run's, wherever
+        # it points (another tenant's model).
+        raise ValidationError({"training_run": f"The output folder of training run {run.pk} "
+                               "is a link, not a folder the run wrote: it is not registered."})
     if not Path(run.output_path).is_dir():
         raise ValidationError({"training_run": f"The output folder of training run {run.pk} "
                                f"({run.output_path}) is gone."})

@@ -150,6 +150,23 @@ def test_runs_without_a_model_are_refused(api, world, make_run, tmp_path):
     assert other.json()["fields"]["training_run"] == ["No such training run."]
 
 
+def test_a_run_output_linked_to_another_tenants_model_is_not_registered(
+        api, world, make_run, tmp_path, tiny_copy):
+    """The job writes its output folder: a link there to a model of beta's must not become
+    a version of alpha's."""
+    beta_model = tiny_copy(tmp_path / "beta-models" / "secret")
+    planted = tmp_path / "runs" / "planted"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.symlink_to(beta_model, target_is_directory=True)
+    run = make_run(output=planted)
+    response = register(api, world.alpha_member, run)
+    assert response.status_code == 400
+    assert response.json()["fields"]["training_run"] == [
+        f"The output folder of training run {run.pk} is a link, not a folder the run wrote: "
+        "it is not registered."]
+    assert not ModelVersion.objects.exists() and (beta_model / "config.json").is_file()
+
+
 def test_a_run_output_without_tokenizer_gets_the_datasets(api, world, make_run, tmp_path,
                                                           tiny_source, corpus, settings):
     from ylink import storage as ylink_storage

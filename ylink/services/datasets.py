@@ -153,6 +153,13 @@ def dataset_version_from_run(*, run: PipelineRun, output: dict) -> DatasetVersio
     Document outputs are scanned here (counts and hash the platform vouches for); token
     outputs are described by their meta.json."""
     folder = storage.absolute(run.folder) / "output"
+    # The job made them: a link would have the platform take, as this run's output, wherever
+    # it points (another tenant's dataset). (The run folder itself may be the platform's own
+    # link, to a Slurm cluster's shared path; links below the output are never followed.)
+    for made in (folder, folder / "meta.json"):
+        if made.is_symlink():
+            raise ValidationError({"output": f"The output of pipeline run {run.pk} is not "
+                                   f"its own: {made.name} is a link. Nothing was recorded."})
     if output.get("format") == VersionFormat.TOKENS:
         fmt = VersionFormat.TOKENS
         digest = storage.content_hash(storage.token_files(folder), folder)

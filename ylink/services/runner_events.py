@@ -6,6 +6,7 @@ every kind is applied so that a repeat changes nothing.
 
 from datetime import UTC, datetime
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -92,7 +93,13 @@ def _pipeline_event(run: PipelineRun, kind: str, data: dict) -> None:
     if kind == "data_step":
         pipeline_run_record_steps(run=run, step=data)
     elif kind == "done":
-        pipeline_run_finish(run=run, output=data.get("output") or {})
+        try:
+            with transaction.atomic():
+                pipeline_run_finish(run=run, output=data.get("output") or {})
+        except ValidationError as refused:
+            # The output is not recorded; the run says why (and fails once its job ends).
+            run.message = "; ".join(refused.messages)[:2000]
+            run.save(update_fields=["message", "updated_at"])
     elif kind == "failed":
         run.message = str(data.get("message", ""))[:2000]
         run.save(update_fields=["message", "updated_at"])

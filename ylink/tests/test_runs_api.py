@@ -231,6 +231,43 @@ def test_a_finished_pipeline_adds_a_version_with_lineage_and_chains_its_training
     assert chained.job.queue == farm.queues["alpha"]
 
 
+def test_a_pipeline_output_linked_to_another_tenants_dataset_is_not_taken(
+        api, farm, make_version):
+    """The job writes its output folder: planting links there (to beta's dataset) must not
+    make beta's documents a version of alpha's dataset."""
+    from django.core.files.base import ContentFile
+
+    from ylink.services.datasets import dataset_create, dataset_upload
+    from ylink.services.pipelines import pipeline_run_start
+
+    world = farm.world
+    secret = dataset_create(actor=world.beta_member, tenant=world.beta, name="secret")
+    beta_version = dataset_upload(actor=world.beta_member, dataset=secret, upload=ContentFile(
+        b'{"text": "Beta only: the launch codes of the quarter."}\n', name="s.jsonl"))
+    beta_folder = storage.absolute(beta_version.path)
+    run = pipeline_run_start(actor=world.alpha_member, version=make_version(),
+                             queue=farm.queues["alpha"], steps=[{"type": "normalize"}])
+    output = storage.absolute(run.folder) / "output"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.symlink_to(beta_folder, target_is_directory=True)
+    runner_events_apply(job=run.job, events=[
+        {"kind": "done", "data": {"output": {"format": "jsonl"}}}])
+    run.refresh_from_db()
+    assert run.output_version is None and not run.succeeded
+    assert run.message == (f"The output of pipeline run {run.pk} is not its own: output is a "
+                           "link. Nothing was recorded.")
+    assert DatasetVersion.objects.filter(dataset__tenant=world.alpha).count() == 1
+    assert any(beta_folder.rglob("*.jsonl"))  # beta's dataset is untouched
+
+    output.unlink()  # a real folder whose meta.json points at beta's is refused as well
+    output.mkdir()
+    (output / "meta.json").symlink_to(next(beta_folder.rglob("*.jsonl")))
+    runner_events_apply(job=run.job, events=[
+        {"kind": "done", "data": {"output": {"format": "tokens"}}}])
+    run.refresh_from_db()
+    assert run.output_version is None and "meta.json is a link" in run.message
+
+
 def test_runs_of_other_tenants_are_invisible(api, farm, make_version):
     version = make_version()
     client = api.as_user(farm.world.alpha_member)
