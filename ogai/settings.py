@@ -416,6 +416,13 @@ OGAI_DEPLOYMENT_ARTIFACTS_DAYS = env_int("OGAI_DEPLOYMENT_ARTIFACTS_DAYS", 30)
 # Slurm stack deployments copy this munge key (a file on the OGAI host) to every node; empty:
 # the nodes' munge must already be keyed.
 OGAI_SLURM_MUNGE_KEY_FILE = env_str("OGAI_SLURM_MUNGE_KEY_FILE", "")
+# The slurm.conf (a file on the OGAI host) of the controller Slurm stack deployments point their
+# nodes at: once such a deployment succeeds, its cluster runs its jobs through the slurm driver
+# with it, and with OGAI_SLURM_SHARED_DIR as the shared path (empty: the driver's default, the
+# cluster's folder in the data directory, which must then be shared with the nodes). Empty: the
+# cluster stays on its driver and the run says so.
+OGAI_SLURM_CONF = env_str("OGAI_SLURM_CONF", "")
+OGAI_SLURM_SHARED_DIR = env_str("OGAI_SLURM_SHARED_DIR", "")
 # Cluster accounts get UIDs and GIDs counting up from these, the same on every node.
 OGAI_CLUSTER_UID_START = env_int("OGAI_CLUSTER_UID_START", 20000)
 OGAI_CLUSTER_GID_START = env_int("OGAI_CLUSTER_GID_START", 20000)

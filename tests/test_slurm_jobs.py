@@ -112,6 +112,76 @@ def test_the_connection_check_speaks_plainly(world, hpc):
     assert {node.name: node.gpus for node in hpc.nodes.all()} == {"n1": 2, "n2": 2}
 
 
+# Stands in for the stack playbook, whose roles install packages: the nodes here already run
+# slurmd against the test controller. Run by ansible-runner like the real one.
+STACK_STAND_IN = """
+- name: The Slurm stack (already on these nodes)
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Slurm is there (the test started it)
+      ansible.builtin.command: "true"
+      changed_when: false
+"""
+
+
+def test_a_slurm_stack_deployment_moves_its_cluster_onto_slurm(
+        world, slurm, shared, settings, tmp_path, monkeypatch):
+    from podsys.services import deployments
+    from podsys.services.demo import DEMO_PROFILES
+    from podsys.services.deployments import deployment_start
+    from podsys.services.stack import stack_profile_create
+    from podsys.tasks.deployments import deploy_run
+    from tests.factories import JobFactory
+
+    slurm.reset()
+    profile = stack_profile_create(actor=world.operator, **next(
+        p for p in DEMO_PROFILES if p["orchestrator"] == "slurm"))
+    farm = cluster_create(actor=world.operator, name="farm", driver="fake",
+                          options={"nodes": 0})
+    for name in slurm.node_names:
+        Node.objects.create(cluster=farm, name=name, address="127.0.0.1")
+    queue = queue_create(actor=world.operator, tenant=world.alpha, name="farm", cluster=farm)
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    (plays / "stack.yml").write_text(STACK_STAND_IN)
+    monkeypatch.setattr(deployments, "PLAYBOOKS_DIR", plays)
+
+    def deploy():
+        run = deployment_start(actor=world.operator, cluster=farm, kind="stack",
+                               hosts=slurm.node_names, profile=profile,
+                               extra_vars={"stack_slurm_conf_server": "127.0.0.1"})
+        assert deploy_run(run.pk) == "succeeded"
+        run.refresh_from_db()
+        farm.refresh_from_db()
+        return run.message
+
+    settings.OGAI_SLURM_CONF = ""
+    assert deploy() == ("Slurm is on 2 nodes, but cluster farm still runs its jobs through the "
+                        "fake driver: set OGAI_SLURM_CONF to the controller's slurm.conf on the "
+                        "OGAI host and deploy again.")
+    settings.OGAI_SLURM_CONF, settings.OGAI_SLURM_SHARED_DIR = str(slurm.conf), str(shared)
+    placed = JobFactory(queue=queue, state="running", placement=["n1"], gpus_per_replica=1)
+    assert deploy() == ("Slurm is deployed, but cluster farm stays on fake while jobs run on "
+                        "n1: deploy again once they end.")
+    assert farm.driver == "fake"
+    placed.state = "succeeded"
+    placed.save()
+    message = deploy()
+    assert message.startswith("Cluster farm now runs its jobs through Slurm. Slurm 22.05")
+    assert "2 nodes, 4 GPUs" in message
+    assert (farm.driver, farm.options) == ("slurm", {"slurm_conf": str(slurm.conf),
+                                                     "shared_dir": str(shared)})
+    # The same machines, once each, now as Slurm reports them; the queue stays on the cluster.
+    assert {node.name: node.gpus for node in Node.objects.filter(name__in=slurm.node_names)} \
+        == {"n1": 2, "n2": 2}
+    assert Node.objects.filter(cluster=farm).count() == 2
+    queue.refresh_from_db()
+    assert queue.cluster == farm and cluster_check_connection(actor=world.operator,
+                                                              cluster=farm).ok
+    assert deploy() == "Cluster farm runs its jobs through Slurm: 2 nodes synced."
+
+
 def test_a_two_node_torch_job_runs_as_the_tenant_with_its_ranks_logs_on_the_job_page(
         api, world, hpc, slurm, celery_worker_process):
     queue = queue_create(actor=world.operator, tenant=world.alpha, name="default", cluster=hpc)

@@ -34,6 +34,7 @@ from podsys.choices import (
 )
 from podsys.models import Cluster, DeploymentRun, DeploymentTaskResult, StackProfile
 from podsys.selectors_stack import IGNORED_NOTE
+from podsys.services.slurm_stack import slurm_stack_finished
 from podsys.services.stack import stack_profile_vars
 
 logger = logging.getLogger(__name__)
@@ -683,5 +684,6 @@ def _finish(run: DeploymentRun, recorder: _Recorder, runner_status: str, rc: int
         from podsys.services.accounts import cluster_accounts_mark_pushed
 
         cluster_accounts_mark_pushed(run=run)
+    run = slurm_stack_finished(run)
     logger.info("Deployment run %s ended %s", run.pk, run.state)
     return run
