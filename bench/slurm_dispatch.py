@@ -28,6 +28,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import secrets
 import signal
 import statistics
 import subprocess
@@ -116,9 +117,10 @@ def direct_round(slurm, driver, uid: int, jobs: int, label: str) -> tuple[float,
         workload = Workload(id=f"d{label}-{index}", command=COMMAND, tenant="bench",
                             run_as=uid, resources=Resources(gpus=1, cpu_cores=1,
                                                             memory_mib=JOB_MEMORY_MIB))
-        folder = driver._prepare(workload, uid)
+        folder = driver._prepare(workload, uid, [])  # no data folders to bind
         driver._batch_script(workload, folder)
-        prepared.append((folder, driver._sbatch_args(workload, folder, uid)))
+        token = secrets.token_hex(16)
+        prepared.append((folder, driver._sbatch_args(workload, folder, uid, token)))
     started_at = time.time()
     for _folder, args in prepared:
         driver.cli.run("sbatch", *args, timeout=120)
