@@ -19,6 +19,7 @@ from podsys.choices import DeploymentKind, DeploymentState
 from podsys.drivers.base import DriverError
 from podsys.drivers.slurm import SlurmDriver
 from podsys.models import Cluster, DeploymentRun
+from podsys.services.clusters import cluster_sync_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -38,15 +39,13 @@ def _options() -> dict:
 def slurm_stack_register(*, run: DeploymentRun) -> str:
     """After a succeeded Slurm stack run: switch its cluster to the slurm driver (or, already
     there, sync its nodes). What happened, in a sentence for the run's page."""
-    from podsys.services.clusters import cluster_sync_nodes
-
     cluster = run.cluster
     if cluster.driver == "slurm":
         nodes = cluster_sync_nodes(cluster=cluster)
         return f"Cluster {cluster.name} runs its jobs through Slurm: {len(nodes)} nodes synced."
     if not settings.OGAI_SLURM_CONF:
         return (f"Slurm is on {len(run.hosts)} nodes, but cluster {cluster.name} still runs its "
-                "jobs through the " f"{cluster.driver} driver: set OGAI_SLURM_CONF to the "
+                f"jobs through the {cluster.driver} driver: set OGAI_SLURM_CONF to the "
                 "controller's slurm.conf on the OGAI host and deploy again.")
     options = _options()
     try:
