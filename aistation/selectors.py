@@ -13,7 +13,7 @@ from infra_os.models import Membership
 
 def queue_list(*, user) -> QuerySet[Queue]:
     active = Q(jobs__state__in=ACTIVE_STATES)
-    return scope_to_user(Queue.objects.select_related("tenant", "cluster"), user).annotate(
+    return scope_to_user(Queue.objects.select_related("tenant", "cluster", "fleet"), user).annotate(
         pending=Count("jobs", filter=Q(jobs__state=JobState.QUEUED)),
         running=Count("jobs", filter=active),
         gpus_in_use=Sum(F("jobs__gpus_per_replica") * F("jobs__replicas"), filter=active,

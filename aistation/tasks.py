@@ -7,12 +7,14 @@ from celery import shared_task
 from aistation.choices import LIVE_ATTEMPT_STATES, AttemptState, JobState
 from aistation.models import Attempt, Job
 from aistation.services.attempts import attempt_stop
+from aistation.services.autoscale import fleet_autoscale, fleet_pools
+from aistation.services.fleets import fleet_redispatch
 from aistation.services.notebooks import notebook_cull
 from aistation.services.reconcile import reconcile_cluster
 from aistation.services.scheduling import schedule_cluster
 from aistation.triggers import request_cycle
 from podsys.drivers.base import DriverError
-from podsys.models import Cluster
+from podsys.models import Cluster, Fleet
 
 logger = logging.getLogger(__name__)
 
@@ -62,3 +64,16 @@ def cancel_job(job_id: int) -> int:
 def cull_notebooks() -> int:
     """Stop the notebooks idle past their tenant's limit (their home folders stay)."""
     return len(notebook_cull())
+
+
+@shared_task(name="aistation.fleet_dispatch", queue="cluster", acks_late=True,
+             reject_on_worker_lost=True, time_limit=120, soft_time_limit=100)
+def fleet_dispatch() -> int:
+    """Every fleet: move waiting jobs where they start now or off lost clusters, then let each
+    elastic pool buy or return nodes. Returns the jobs moved."""
+    moved = 0
+    for fleet in Fleet.objects.all():
+        moved += len(fleet_redispatch(fleet=fleet).moved)
+        for pool in fleet_pools(fleet.pk):
+            fleet_autoscale(pool=pool)
+    return moved

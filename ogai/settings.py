@@ -282,6 +282,7 @@ SCHEDULE_INTERVAL_S = float(env_str("OGAI_SCHEDULE_INTERVAL_S", "10"))
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "reconcile-attempts": {"task": "aistation.reconcile", "schedule": RECONCILE_INTERVAL_S},
     "schedule-cycle": {"task": "aistation.schedule_cycle", "schedule": SCHEDULE_INTERVAL_S},
+    "dispatch-fleets": {"task": "aistation.fleet_dispatch", "schedule": SCHEDULE_INTERVAL_S},
     "sync-nodes": {"task": "podsys.sync_nodes", "schedule": 60.0},
     "cull-notebooks": {"task": "aistation.cull_notebooks", "schedule": 60.0},
     "sweep-provisioning": {"task": "infra_os.sweep_provisioning", "schedule": 15.0},
@@ -359,6 +360,10 @@ OGAI_SCHEDULER_PROMOTE_AFTER_S = env_float_or_none("OGAI_SCHEDULER_PROMOTE_AFTER
 OGAI_SCHEDULER_PROMOTE_BACKLOG = env_float_or_none("OGAI_SCHEDULER_PROMOTE_BACKLOG")
 OGAI_SCHEDULER_PROMOTE_STRETCH = env_float_or_none("OGAI_SCHEDULER_PROMOTE_STRETCH")
 OGAI_SCHEDULER_PROMOTE_MAX_S = env_float_or_none("OGAI_SCHEDULER_PROMOTE_MAX_S")
+
+# Fleets: a cluster whose nodes have not synced for this long (its driver failing) is lost; its
+# queued jobs go back to the fleet's dispatcher (running ones stay: they are never started twice).
+OGAI_CLUSTER_LOST_S = float(env_str("OGAI_CLUSTER_LOST_S", "900"))
 
 # YLink datasets: the largest upload (MiB, checked before anything is stored) and the most
 # files a zip may hold.

@@ -345,6 +345,8 @@ def cmd_job_show(args: argparse.Namespace, ctx: Context) -> int:
                             _state(job.state)))
     if job.reason:
         out.print(f"  reason: {job.reason}")
+    if job.dispatch:
+        out.print(f"  dispatch: {job.dispatch}")
     details = Table.grid(padding=(0, 2))
     details.add_column(style="bold")
     details.add_column(overflow="fold")

@@ -155,6 +155,7 @@ class Job:
     cluster: str = ""
     owner: str = ""
     reason: str = ""
+    dispatch: str = ""  # a fleet queue's job: where it was sent and why
     position: int | None = None
     priority: int = 0
     image: str = ""
@@ -194,7 +195,8 @@ class Job:
             id=data["id"], name=data.get("name", ""), state=data.get("state", ""),
             tenant=data.get("tenant") or "", queue=data.get("queue") or "",
             cluster=data.get("cluster") or "", owner=data.get("owner") or "",
-            reason=data.get("reason") or "", position=data.get("position"),
+            reason=data.get("reason") or "", dispatch=data.get("dispatch") or "",
+            position=data.get("position"),
             priority=data.get("priority", 0), image=data.get("image") or "",
             command=list(data.get("command") or []), env=dict(data.get("env") or {}),
             resources=Resources.from_api(data.get("resources")),

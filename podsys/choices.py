@@ -79,3 +79,17 @@ class CheckState(models.TextChoices):
     FAILED = "failed", "Failed"
     # The check could not be carried out (launch refused, no result): says nothing of the node.
     ERROR = "error", "Error"
+
+
+class PoolNodeState(models.TextChoices):
+    BOOTING = "booting", "Booting"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+    RETURNED = "returned", "Returned"
+
+
+class ScaleEventKind(models.TextChoices):
+    UP = "up", "Scale up"
+    DOWN = "down", "Scale down"
+    FAILED = "failed", "Request failed"
+    REFUSED = "refused", "Refused (budget)"

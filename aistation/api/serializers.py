@@ -14,6 +14,7 @@ from infra_os.choices import WRITE_ROLES
 from infra_os.models import Tenant
 from infra_os.models.tenancy import slug_validator
 from ogai.api.input import RejectUnknownFields
+from podsys.models import Fleet
 from podsys.selectors import cluster_list
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -187,11 +188,11 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "tenant", "queue", "cluster", "owner", "state", "reason", "position",
-            "priority", "image", "environment", "workdir", "command", "env", "resources",
-            "replicas", "max_restarts", "time_limit_s", "restarts", "exit_code", "placement",
-            "borrowed", "attained_gpu_s", "waited_s", "created_at", "queued_at", "started_at",
-            "finished_at", "rerun_of",
+            "id", "name", "tenant", "queue", "cluster", "owner", "state", "reason", "dispatch",
+            "position", "priority", "image", "environment", "workdir", "command", "env",
+            "resources", "replicas", "max_restarts", "time_limit_s", "restarts", "exit_code",
+            "placement", "borrowed", "attained_gpu_s", "waited_s", "created_at", "queued_at",
+            "started_at", "finished_at", "rerun_of",
         ]
 
     @extend_schema_field(ResourcesSerializer)
@@ -222,13 +223,16 @@ class JobManifestsSerializer(serializers.Serializer):
 class QueueSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    fleet = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
+                                         help_text="The fleet whose clusters its jobs are "
+                                         "dispatched over; null: its cluster alone.")
     pending = serializers.IntegerField(read_only=True)
     running = serializers.IntegerField(read_only=True)
     gpus_in_use = serializers.IntegerField(read_only=True)
 
     class Meta:
         model = Queue
-        fields = ["id", "tenant", "name", "cluster", "description", "default_priority",
+        fields = ["id", "tenant", "name", "cluster", "fleet", "description", "default_priority",
                   "gpu_limit", "policy", "is_active", "pending", "running", "gpus_in_use",
                   "created_at"]
 
@@ -242,10 +246,25 @@ class CallerClusterField(serializers.SlugRelatedField):
         return cluster_list(user=self.context["request"].user)
 
 
+@extend_schema_field(OpenApiTypes.STR)
+class CallerFleetField(serializers.SlugRelatedField):
+    """A fleet with a cluster the caller may run on."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", **kwargs)
+
+    def get_queryset(self):
+        clusters = cluster_list(user=self.context["request"].user)
+        return Fleet.objects.filter(clusters__in=clusters).distinct()
+
+
 class QueueCreateSerializer(serializers.Serializer):
     tenant = CallerTenantField()
     name = serializers.CharField(max_length=63, validators=[slug_validator])
     cluster = CallerClusterField()
+    fleet = CallerFleetField(required=False, allow_null=True, default=None,
+                             help_text="Dispatch its jobs over this fleet's clusters "
+                             "(`cluster` must be one of them).")
     description = serializers.CharField(max_length=200, allow_blank=True, default="")
     default_priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
     gpu_limit = serializers.IntegerField(min_value=0, required=False, allow_null=True,

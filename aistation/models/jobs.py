@@ -57,6 +57,8 @@ class Job(TimeStampedModel):
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     reason = models.TextField(blank=True)
+    # A fleet queue's job: where the dispatcher sent it and why, or why no cluster takes it.
+    dispatch = models.TextField(blank=True)
     position = models.PositiveIntegerField(null=True, blank=True)
     restarts = models.PositiveIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)

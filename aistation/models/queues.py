@@ -4,15 +4,20 @@ from aistation.choices import QueuePolicy
 from infra_os.models import Tenant
 from infra_os.models.tenancy import slug_validator
 from ogai.models import TimeStampedModel
-from podsys.models import Cluster
+from podsys.models import Cluster, Fleet
 
 
 class Queue(TimeStampedModel):
-    """Where a tenant's jobs wait for one cluster, with an optional GPU limit below its quota."""
+    """Where a tenant's jobs wait for one cluster, or for a fleet's clusters, with an optional GPU
+    limit below its quota."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="queues")
     name = models.CharField(max_length=63, validators=[slug_validator])
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="queues")
+    # A fleet queue: its jobs are dispatched over the fleet's clusters (`cluster` is one of
+    # them, where it sends work when the fleet has no other answer).
+    fleet = models.ForeignKey(Fleet, null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="queues")
     description = models.CharField(max_length=200, blank=True)
     default_priority = models.IntegerField(default=0)
     gpu_limit = models.PositiveIntegerField(null=True, blank=True,

@@ -148,12 +148,17 @@ class Replay:
         reference: Reference | None = None,
         time_cycles: bool = False,
         record: bool = False,
+        node_prefix: str = "n",
+        gpu_quota: int | None = None,
+        tag: int = -1,
     ) -> None:
         self.node_gpus = node_gpus
         self.node_snaps = tuple(
-            NodeSnap(name=f"n{i:05d}", gpus=node_gpus) for i in range(nodes)
+            NodeSnap(name=f"{node_prefix}{i:05d}", gpus=node_gpus) for i in range(nodes)
         )
         self.used = {node.name: 0 for node in self.node_snaps}
+        # Nodes only some jobs may take (bought for them, see `fleet_replay`): name -> job ids.
+        self.claims: dict[str, frozenset[int]] = {}
         if reference is not None:  # its own rule is the whole policy: no starvation bound
             policy, starvation_s = BACKFILL, math.inf
         self.policy = policy
@@ -170,7 +175,8 @@ class Replay:
         # With `record`: every cycle's (time, starts with placements, preempted job ids).
         self.record = record
         self.decisions: list[tuple[float, tuple, tuple]] = []
-        self.tenants = (TenantSnap(name=TENANT, gpu_quota=nodes * node_gpus),)
+        quota = nodes * node_gpus if gpu_quota is None else gpu_quota
+        self.tenants = (TenantSnap(name=TENANT, gpu_quota=quota),)
         self.queues = (QueueSnap(key=QUEUE, tenant=TENANT, policy=policy),)
         self.jobs: dict[int, ReplayJob] = {}
         for trace in jobs:
@@ -184,6 +190,11 @@ class Replay:
         self._seq = 0
         self.wake_at = math.inf
         self.allocated = 0
+        # The job id its wake-ups carry: replays sharing one event heap tell theirs apart.
+        self.tag = tag
+        self.cycles = 0
+        self.cycle_s: list[float] = []
+        self.backlog: list[int] = []
 
     # -- events -------------------------------------------------------------------------------
 
@@ -195,16 +206,13 @@ class Replay:
         """Ask for a cycle at `at` (policies whose decisions change with time alone)."""
         if at < self.wake_at:
             self.wake_at = at
-            self._push(at, WAKE, -1)
+            self._push(at, WAKE, self.tag)
 
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> ReplayResult:
         for job in self.jobs.values():
             self._push(job.trace.submitted_at, ARRIVE, job.trace.id)
-        cycles = 0
-        cycle_s: list[float] = []
-        backlog: list[int] = []
         waiting_alloc = waiting_cap = 0.0
         capacity = len(self.node_snaps) * self.node_gpus
         last = self.events[0][0] if self.events else 0.0
@@ -218,39 +226,77 @@ class Replay:
             while self.events and self.events[0][0] == now:
                 _, kind, _, job_id = heapq.heappop(self.events)
                 if kind == ARRIVE:
-                    job = self.jobs[job_id]
-                    job.queued_at = now
-                    self.pending[job_id] = job
+                    self.arrive(self.jobs[job_id], now)
                     changed = True
                 elif kind == END:
                     changed |= self._maybe_end(job_id, now)
-                elif now >= self.wake_at:
-                    self.wake_at = math.inf
-                    changed = True
-            if not changed or not self.pending:
-                continue
-            snapshot = self._snapshot(now)
-            bound = self._promotion_bound(snapshot) if self.policy == FAIR else 0.0
-            started = time.perf_counter() if self.time_cycles else 0.0
-            decisions = schedule(snapshot, starvation_s=self.starvation_s,
-                                 levels_gpu_s=self.levels, min_run_s=self.min_run_s,
-                                 promote_after_s=self.promote_after_s,
-                                 promote_backlog=self.promote_backlog,
-                                 promote_stretch=self.promote_stretch,
-                                 promote_max_s=self.promote_max_s, explain=False)
-            if self.time_cycles:
-                cycle_s.append(time.perf_counter() - started)
-                backlog.append(len(snapshot.pending))
-            cycles += 1
-            if self.record:
-                self.decisions.append((now, tuple(sorted(decisions.starts)),
-                                       tuple(sorted(p.job_id for p in decisions.preemptions))))
-            for preempt in decisions.preemptions:
-                self._preempt(self.running[preempt.job_id], now)
-            for start in decisions.starts:
-                self._start(self.pending[start.job_id], start.placement, now)
-            self._ask_wake(now, bound)
-        return self._result(cycles, waiting_alloc, waiting_cap, cycle_s, backlog)
+                else:
+                    changed |= self.woken(now)
+            if changed and self.pending:
+                self.cycle(now)
+        return self._result(self.cycles, waiting_alloc, waiting_cap, self.cycle_s, self.backlog)
+
+    def arrive(self, job: ReplayJob, now: float) -> None:
+        job.queued_at = now
+        job.snap = None
+        self.pending[job.trace.id] = job
+
+    def woken(self, now: float) -> bool:
+        """A wake-up event came: True when it is the one asked for last."""
+        if now >= self.wake_at:
+            self.wake_at = math.inf
+            return True
+        return False
+
+    def cycle(self, now: float) -> None:
+        """One scheduling cycle at `now`: the core decides, the replay applies."""
+        snapshot = self._snapshot(now)
+        bound = self._promotion_bound(snapshot) if self.policy == FAIR else 0.0
+        started = time.perf_counter() if self.time_cycles else 0.0
+        decisions = schedule(snapshot, starvation_s=self.starvation_s,
+                             levels_gpu_s=self.levels, min_run_s=self.min_run_s,
+                             promote_after_s=self.promote_after_s,
+                             promote_backlog=self.promote_backlog,
+                             promote_stretch=self.promote_stretch,
+                             promote_max_s=self.promote_max_s, explain=False)
+        if self.time_cycles:
+            self.cycle_s.append(time.perf_counter() - started)
+            self.backlog.append(len(snapshot.pending))
+        self.cycles += 1
+        if self.record:
+            self.decisions.append((now, tuple(sorted(decisions.starts)),
+                                   tuple(sorted(p.job_id for p in decisions.preemptions))))
+        for preempt in decisions.preemptions:
+            self._preempt(self.running[preempt.job_id], now)
+        for start in decisions.starts:
+            self._start(self.pending[start.job_id], start.placement, now)
+        self._ask_wake(now, bound)
+
+    # -- nodes coming and going (elastic capacity) ----------------------------------------------
+
+    def add_node(self, name: str, claims: frozenset[int] = frozenset()) -> None:
+        """A node joins, empty; only the `claims` jobs may take it while any of them waits."""
+        if name in self.used:
+            raise ConservationError(f"node {name} joined twice")
+        self.node_snaps = (*self.node_snaps, NodeSnap(name=name, gpus=self.node_gpus))
+        self.used[name] = 0
+        if claims:
+            self.set_claims(name, claims)
+
+    def remove_node(self, name: str) -> None:
+        """An empty node leaves."""
+        if self.used.pop(name) != 0:
+            raise ConservationError(f"node {name} left with work on it")
+        self.node_snaps = tuple(node for node in self.node_snaps if node.name != name)
+        self.set_claims(name, frozenset())
+
+    def set_claims(self, name: str, claims: frozenset[int]) -> None:
+        if claims:
+            self.claims[name] = claims
+        else:
+            self.claims.pop(name, None)
+        for job in self.pending.values():  # their excluded nodes change
+            job.snap = None
 
     def _promotion_bound(self, snapshot: Snapshot) -> float:
         """The trace's tenant's promotion bound, as the core computes it from `snapshot`."""
@@ -316,12 +362,15 @@ class Replay:
         priority, since = 0, job.queued_at
         if self.reference is not None:
             priority, since = self.reference.rank(job, now), self.reference.since(job, now)
+        excluded = frozenset(
+            name for name, ids in self.claims.items() if job.trace.id not in ids
+        ) if self.claims and job.started_at is None else frozenset()
         return JobSnap(
             id=job.trace.id, tenant=TENANT, queue=QUEUE, priority=priority,
             submitted_at=since, gpus_per_replica=job.gpus_per_replica,
             replicas=job.replicas, cpu_per_replica=0, memory_mib_per_replica=0,
             placement=job.placement, started_at=job.started_at,
-            attained_gpu_s=job.attained_gpu_s, waited_s=job.queue_s,
+            attained_gpu_s=job.attained_gpu_s, waited_s=job.queue_s, excluded_nodes=excluded,
         )
 
     # -- applying decisions -------------------------------------------------------------------

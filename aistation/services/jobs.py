@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
 from aistation.models import Job, JobToken, Queue, Workdir
+from aistation.services.fleets import job_dispatch
 from aistation.services.transitions import job_transition
 from aistation.triggers import request_cancel, request_cycle
 from infra_os.access import require_role
@@ -20,6 +21,7 @@ from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
 from podsys.drivers.base import FEATURE_SANDBOX, FEATURE_WORKDIR, DataMount, DriverError
 from podsys.drivers.common import describe_environments, environment_summary
+from podsys.models import Cluster
 from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_refresh_capacity
 
@@ -31,9 +33,24 @@ def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_m
     """Refuse at once what no node of the queue's cluster could ever hold, rather than let it
     wait forever. Checked against the capacity the last node sync summed up: submissions must
     stay cheap."""
-    cluster = queue.cluster.name
+    if queue.fleet_id:  # a fleet queue's job must fit one cluster of the fleet
+        errors = []
+        for member in Cluster.objects.filter(fleet_id=queue.fleet_id, is_active=True):
+            try:
+                return _check_fits_cluster(member, queue.name, gpus, gpu_model, cpu, memory_mib,
+                                           replicas)
+            except ValidationError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+    _check_fits_cluster(queue.cluster, queue.name, gpus, gpu_model, cpu, memory_mib, replicas)
+
+
+def _check_fits_cluster(member: Cluster, queue_name: str, gpus: int, gpu_model: str, cpu: float,
+                        memory_mib: int, replicas: int) -> None:
+    cluster = member.name
     # A cluster never summed up yet (made before capacities were kept) is summed up now.
-    capacity = queue.cluster.capacity or cluster_refresh_capacity(cluster=queue.cluster)
+    capacity = member.capacity or cluster_refresh_capacity(cluster=member)
     if gpus and gpu_model:
         shape = capacity.get("gpu_models", {}).get(gpu_model)
         if not shape:
@@ -42,7 +59,7 @@ def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_m
     else:
         shape = capacity.get("all")
         if not shape or not shape["nodes"]:
-            raise ValidationError({"queue": f"Cluster {cluster} of queue {queue.name} has no "
+            raise ValidationError({"queue": f"Cluster {cluster} of queue {queue_name} has no "
                                    "nodes."})
     if gpus > shape["largest_gpus"]:
         raise ValidationError({"resources.gpus": f"{gpus} GPUs per replica, but the largest "
@@ -195,12 +212,15 @@ def job_submit(
         mounts=_check_mounts(mounts or []), labels=dict(labels or {}),
         workdir=workdir, environment=environment,
     )
+    if queue.fleet_id:
+        job_dispatch(job, queue.fleet_id, now)
     # The foreign keys were resolved above and the database enforces the constraints:
     # checking them again here would cost a query each on every submission.
     job.full_clean(exclude=["tenant", "queue", "cluster", "owner", "rerun_of", "workdir"],
                    validate_constraints=False)
     job.save()
-    job.events.create(from_state="", to_state=JobState.QUEUED, reason=job.reason)
+    job.events.create(from_state="", to_state=JobState.QUEUED,
+                      reason=job.dispatch if queue.fleet_id else job.reason)
     audit_record(actor=actor, action="job.submit", obj=job, tenant=tenant,
                  changes={"queue": queue.name, "gpus": job.gpus, "replicas": replicas,
                           **({"workdir": workdir.sha256} if workdir else {})})

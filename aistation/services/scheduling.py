@@ -2,7 +2,7 @@
 decisions in one transaction, then launch and stop workloads through the driver."""
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -25,6 +25,7 @@ from aistation.scheduler.types import (
     TenantSnap,
 )
 from aistation.services.attempts import attempt_record_usage, attempts_launch, attempts_stop
+from aistation.services.fleets import closed_to, pool_nodes_held
 from aistation.services.workloads import workload_id
 from infra_os.models import Quota
 from infra_os.selectors import leased_gpus_by_tenant
@@ -104,7 +105,10 @@ def _tenant_snap(quota: Quota, elsewhere: tuple[int, float, int], leased: int) -
 
 def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, dict]]:
     """The cluster as the core sees it, and each pending job's row."""
-    queues = {q.pk: q for q in Queue.objects.filter(cluster=cluster).select_related("tenant")}
+    # Its own queues, and its fleet's: their jobs dispatched here wait here.
+    here = Q(cluster=cluster) | Q(fleet_id=cluster.fleet_id) if cluster.fleet_id \
+        else Q(cluster=cluster)
+    queues = {q.pk: q for q in Queue.objects.filter(here).select_related("tenant")}
     tenant_ids = {q.tenant_id for q in queues.values()}
     # Lock the quotas: cycles of other clusters serialise on the tenants they share.
     quotas = {q.tenant_id: q for q in Quota.objects.select_for_update(no_key=True).filter(
@@ -128,6 +132,12 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
                 .annotate(submitted=Coalesce("queued_at", "created_at")).values(*PENDING_FIELDS))
     keys = {pk: (q.tenant.name, f"{q.tenant.name}/{q.name}") for pk, q in queues.items()}
     pending = [_pending_snap(row, *keys[row["queue_id"]]) for row in rows]
+    pooled = {name: held for (_, name), held in pool_nodes_held([cluster.pk]).items()}
+    if pooled:  # bought for a tenant (and, while they wait, for some of its jobs): theirs alone
+        tenant_of = {row["id"]: queues[row["queue_id"]].tenant_id for row in rows}
+        pending = [replace(snap, excluded_nodes=snap.excluded_nodes | {
+            name for name, held in pooled.items() if closed_to(held, tenant_of[snap.id], snap.id)
+        }) for snap in pending]
     started = dict(Attempt.objects.filter(cluster=cluster, state__in=LIVE_ATTEMPT_STATES)
                    .values_list("job_id", "started_at"))
     running = [_running_snap(row, *keys[row["queue_id"]], started.get(row["id"]))

@@ -164,6 +164,9 @@ class FakeCluster:
         self._metrics: dict[str, dict[tuple[str, str], float]] = {}
         # Hardware faults tests inject, by node and health check (`inject_fault`).
         self._faults: dict[str, dict[str, Fault]] = {}
+        # The next unnamed node's number: it only grows, so a removed node's name is never
+        # reused (a placement still naming it must not land on a stranger).
+        self._next_number = 0
         self.add_nodes(int(self.options["nodes"]))
 
     # The clock -----------------------------------------------------------------------------
@@ -208,23 +211,53 @@ class FakeCluster:
         gpu_model: str | None = None,
         gpu_memory_mib: int | None = None,
         labels: dict[str, str] | None = None,
+        names: list[str] | None = None,
+        cpu_cores: float | None = None,
+        memory_mib: int | None = None,
     ) -> list[str]:
-        """Add `count` ready nodes (named on from the last one); returns their names."""
+        """Add `count` ready nodes, named `names` (a cloud node joins under its provider's
+        name) or numbered on from the last one; returns their names."""
+        if names is not None and len(names) != count:
+            raise ValueError(f"{len(names)} names for {count} nodes")
         with self._lock:
-            names = []
-            for _ in range(count):
-                name = f"fake-node-{len(self._nodes):03d}"
+            seen: set[str] = set()
+            for name in names or ():
+                if name in self._nodes or name in seen:
+                    raise DriverError(f"fake cluster {self.name} already has a node {name!r}")
+                seen.add(name)
+            added = []
+            for index in range(count):
+                if names is not None:
+                    name = names[index]
+                else:
+                    while f"fake-node-{self._next_number:03d}" in self._nodes:
+                        self._next_number += 1
+                    name = f"fake-node-{self._next_number:03d}"
+                    self._next_number += 1
                 self._nodes[name] = _Node(
                     name=name,
                     gpus=int(self.options["gpus_per_node"] if gpus is None else gpus),
                     gpu_model=str(self.options["gpu_model"] if gpu_model is None else gpu_model),
                     gpu_memory_mib=int(gpu_memory_mib or self.options["gpu_memory_mib"]),
-                    cpu_cores=float(self.options["cpu_cores"]),
-                    memory_mib=int(self.options["memory_mib"]),
+                    cpu_cores=float(self.options["cpu_cores"] if cpu_cores is None else cpu_cores),
+                    memory_mib=int(self.options["memory_mib"] if memory_mib is None
+                                   else memory_mib),
                     labels=dict(labels or {}),
                 )
-                names.append(name)
-            return names
+                added.append(name)
+            return added
+
+    def remove_node(self, name: str) -> None:
+        """The node leaves the cluster for good (its machine went back to the cloud): what ran
+        on it fails as on a lost node, and it is no longer listed. An unknown node is a no-op,
+        so returning a machine twice is harmless."""
+        with self._lock:
+            if name not in self._nodes:
+                return
+            self.lose_node(name)
+            del self._nodes[name]
+            self._metrics.pop(name, None)
+            self._faults.pop(name, None)
 
     def node_infos(self) -> list[NodeInfo]:
         with self._lock:

@@ -24,6 +24,9 @@ class Cluster(TimeStampedModel):
         Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="clusters"
     )
     is_active = models.BooleanField(default=True)
+    # The fleet whose queues may dispatch work here; none: only its own queues.
+    fleet = models.ForeignKey("podsys.Fleet", null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="clusters")
     last_synced_at = models.DateTimeField(null=True, blank=True)
     sync_error = models.TextField(blank=True)
     # What its nodes add up to, as of the last sync (see `cluster_sync_nodes`): submissions

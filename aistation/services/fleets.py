@@ -1,0 +1,164 @@
+"""Dispatching a fleet queue's jobs over the fleet's clusters (the rule: `scheduler.dispatch`).
+
+A job is dispatched once when it is submitted, and again, in `fleet_redispatch`, while it waits
+and has never started: to another cluster that would start it now (the first to admit wins), or
+away from a cluster that stopped answering (`OGAI_CLUSTER_LOST_S`). A move is one transaction
+that holds the fleet's cluster rows, which every scheduling cycle locks for its whole decision, so
+no cycle can start a job while it moves: a job is on one cluster's queue at a time and never
+starts twice. Running jobs never move.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from aistation.choices import ACTIVE_STATES, JobState
+from aistation.models import Job, JobEvent
+from aistation.scheduler.dispatch import ClusterView, Dispatcher
+from aistation.scheduler.types import JobSnap, NodeSnap
+from aistation.triggers import request_cycle
+from podsys.choices import NodeHealth, PoolNodeState
+from podsys.models import Cluster, Fleet, Node, PoolNode
+
+
+def cluster_lost(cluster: Cluster, now: datetime) -> bool:
+    """Its driver has been failing for `OGAI_CLUSTER_LOST_S`: no node sync since then."""
+    seen = cluster.last_synced_at or cluster.created_at
+    return bool(cluster.sync_error) and seen < now - timedelta(seconds=settings.OGAI_CLUSTER_LOST_S)
+
+
+def pool_nodes_held(cluster_ids) -> dict[tuple[int, str], tuple[int, frozenset[int]]]:
+    """Pool nodes in the clusters: (cluster id, node name) -> (the tenant they were bought for
+    and bill, the jobs that claim them while they wait). Only that tenant's work goes there,
+    and while a claim stands only the claiming jobs'."""
+    return {
+        (cluster_id, name): (tenant_id, frozenset(claims))
+        for cluster_id, name, tenant_id, claims in PoolNode.objects.filter(
+            pool__cluster_id__in=cluster_ids, state=PoolNodeState.READY)
+        .values_list("pool__cluster_id", "name", "tenant_id", "claims")
+    }
+
+
+def closed_to(held: tuple[int, frozenset[int]], tenant_id: int, job_id: int | None) -> bool:
+    """Whether a pool node (`held`, from `pool_nodes_held`) is closed to the job."""
+    tenant, claims = held
+    return tenant != tenant_id or (bool(claims) and job_id not in claims)
+
+
+def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[ClusterView]:
+    """The clusters as the dispatcher sees them for a tenant's new job: nodes that take work
+    (not pool nodes bought for other tenants or claimed), what active jobs hold there, and the
+    GPUs waiting there."""
+    ids = [c.pk for c in clusters]
+    nodes: dict[int, list[NodeSnap]] = defaultdict(list)
+    pooled = pool_nodes_held(ids)
+    closed = {key for key, held in pooled.items() if closed_to(held, tenant_id, None)}
+    for cluster_id, name, gpus, model, cpu, memory, schedulable, health, foreign in \
+            Node.objects.filter(cluster_id__in=ids).values_list(
+                "cluster_id", "name", "gpus", "gpu_model", "cpu_cores", "memory_mib",
+                "schedulable", "health", "gpus_foreign"):
+        nodes[cluster_id].append(NodeSnap(
+            name=name, gpus=max(0, gpus - (foreign or 0)), gpu_model=model, cpu_cores=cpu,
+            memory_mib=memory, schedulable=schedulable and health == NodeHealth.HEALTHY
+            and (cluster_id, name) not in closed))
+    held: dict[int, list] = defaultdict(list)
+    queued: dict[int, int] = defaultdict(int)
+    for cluster_id, state, placement, gpus, replicas, cpu, memory in Job.objects.filter(
+            cluster_id__in=ids, state__in=(*ACTIVE_STATES, JobState.QUEUED)).values_list(
+            "cluster_id", "state", "placement", "gpus_per_replica", "replicas",
+            "cpu_per_replica", "memory_mib_per_replica"):
+        if state == JobState.QUEUED:
+            queued[cluster_id] += gpus * replicas
+        else:
+            held[cluster_id] += [(node, gpus, cpu, memory) for node in placement]
+    return [ClusterView(name=c.name, nodes=tuple(nodes[c.pk]), held=tuple(held[c.pk]),
+                        queued_gpus=queued[c.pk], alive=not cluster_lost(c, now),
+                        extra={"id": c.pk}) for c in clusters]
+
+
+def job_snap(job: Job) -> JobSnap:
+    return JobSnap(id=job.pk or 0, tenant="", queue="", priority=job.priority, submitted_at=0.0,
+                   gpus_per_replica=job.gpus_per_replica, replicas=job.replicas,
+                   cpu_per_replica=job.cpu_per_replica,
+                   memory_mib_per_replica=job.memory_mib_per_replica, gpu_model=job.gpu_model)
+
+
+def fleet_clusters(fleet_id: int) -> list[Cluster]:
+    return list(Cluster.objects.filter(fleet_id=fleet_id, is_active=True).order_by("pk"))
+
+
+def job_dispatch(job: Job, fleet_id: int, now: datetime) -> None:
+    """Choose the cluster of a job being submitted to a fleet queue (set on it, not saved)."""
+    clusters = fleet_clusters(fleet_id)
+    choice = Dispatcher(fleet_views(clusters, now, job.tenant_id)).choose(job_snap(job))
+    if choice.cluster is None:
+        job.dispatch = choice.reason
+        return  # stays on its queue's cluster, which says why it cannot run
+    job.cluster = next(c for c in clusters if c.name == choice.cluster)
+    job.dispatch = choice.reason
+
+
+@dataclass
+class RedispatchResult:
+    moved: dict[int, str] = field(default_factory=dict)  # job id -> the cluster it went to
+    stuck: dict[int, str] = field(default_factory=dict)  # job id -> why no cluster takes it
+
+
+def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> RedispatchResult:
+    """Move the fleet's waiting jobs where they start now, and off lost clusters."""
+    now = now or timezone.now()
+    result = RedispatchResult()
+    with transaction.atomic():
+        # The order cycles and node syncs lock cluster rows in: never a deadlock with them.
+        clusters = list(Cluster.objects.select_for_update(no_key=True)
+                        .filter(fleet=fleet, is_active=True).order_by("pk"))
+        if len(clusters) < 2:
+            return result
+        by_name = {c.name: c for c in clusters}
+        lost = {c.name for c in clusters if cluster_lost(c, now)}
+        dispatchers: dict[int, Dispatcher] = {}  # one per tenant: pool nodes are theirs
+        waiting = list(Job.objects.filter(cluster__in=clusters, queue__fleet=fleet,
+                                          state=JobState.QUEUED)
+                       .filter(Q(attempt_count=0) | Q(cluster__name__in=lost))
+                       .select_related("cluster").order_by("queued_at", "pk"))
+        claimed = {job_id for _, claims in pool_nodes_held([c.pk for c in clusters]).values()
+                   for job_id in claims}
+        events, touched = [], set()
+        for job in waiting:
+            here = job.cluster.name
+            if job.pk in claimed and here not in lost:
+                continue  # nodes were bought for it here
+            if job.tenant_id not in dispatchers:
+                dispatchers[job.tenant_id] = Dispatcher(fleet_views(clusters, now, job.tenant_id))
+            choice = dispatchers[job.tenant_id].choose(job_snap(job), exclude=frozenset({here}))
+            if choice.cluster is None or not (choice.fits_now or here in lost):
+                why = f"waits on {here}" + (
+                    f"; no other cluster takes it now ({choice.reason.split(': ', 1)[-1]})"
+                    if choice.cluster is None or not choice.fits_now else "")
+                if job.dispatch != why and here not in lost:
+                    Job.objects.filter(pk=job.pk).update(dispatch=why)
+                result.stuck[job.pk] = why
+                continue
+            reason = (f"moved from {here} (not answering since "
+                      f"{(job.cluster.last_synced_at or job.cluster.created_at):%H:%M}): "
+                      if here in lost else f"moved from {here}: ") + choice.reason
+            target = by_name[choice.cluster]
+            # Only while it is still queued where it was: a start that won cannot be undone.
+            if Job.objects.filter(pk=job.pk, state=JobState.QUEUED, cluster=job.cluster).update(
+                    cluster=target, dispatch=reason, reason="dispatched; waiting for the "
+                    f"scheduler of {target.name}", position=None, excluded_nodes=[]):
+                events.append(JobEvent(job_id=job.pk, from_state=JobState.QUEUED,
+                                       to_state=JobState.QUEUED, reason=reason))
+                result.moved[job.pk] = target.name
+                touched.add(target.pk)
+        JobEvent.objects.bulk_create(events)
+        for cluster_id in touched:
+            request_cycle(cluster_id)
+    return result

@@ -1,0 +1,316 @@
+"""Fleets: dispatch over two fake clusters, a lost cluster, and an elastic pool of a simulated
+provider whose clock the tests move."""
+
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+from django.utils import timezone
+
+from aistation.choices import JobState
+from aistation.models import Attempt, Job
+from aistation.services.autoscale import fleet_autoscale
+from aistation.services.fleets import fleet_redispatch
+from aistation.services.jobs import job_submit
+from aistation.services.queues import queue_create
+from aistation.services.reconcile import reconcile_cluster
+from aistation.services.scheduling import schedule_cluster
+from infra_os.models import Quota, UsageRecord
+from podsys.choices import PoolNodeState, ScaleEventKind
+from podsys.drivers.fake import fake_cluster
+from podsys.models import Cluster, Node, NodeRequest, PoolBudget, PoolNode, ScaleEvent
+from podsys.providers.simulated import reset_simulated_clouds, simulated_cloud
+from podsys.services.clusters import cluster_sync_nodes
+from podsys.services.fleets import fleet_create, pool_create
+
+SIMULATED = "podsys.providers.simulated.SimulatedProvider"
+
+
+@pytest.fixture
+def fleet(world, settings):
+    """Fleet `gpu` of clusters east (2 nodes x 8 H100) and west (1 node x 8 H100); alpha's and
+    beta's queue `fleet` spans both (64-GPU quotas). `fleet.pool()` adds a pool of up to 4
+    simulated h100x8 nodes (boot 300 s) joining east."""
+    settings.OGAI_RETRY_BACKOFF_S = 0
+    reset_simulated_clouds()
+    east = Cluster.objects.create(name="east", driver="fake", options={"nodes": 2})
+    west = Cluster.objects.create(name="west", driver="fake", options={"nodes": 1})
+    for cluster in (east, west):
+        cluster_sync_nodes(cluster=cluster)
+    gpu = fleet_create(actor=world.operator, name="gpu", clusters=[east, west])
+    Quota.objects.filter(tenant__in=[world.alpha, world.beta]).update(gpus=64)
+    queues = {t.name: queue_create(actor=world.operator, tenant=t, name="fleet", cluster=east,
+                                   fleet=gpu) for t in (world.alpha, world.beta)}
+    members = {"alpha": world.alpha_member, "beta": world.beta_member}
+
+    def submit(tenant="alpha", *, gpus=8, replicas=1, duration=None, name="work"):
+        env = {"OGAI_FAKE_DURATION_S": str(duration)} if duration else {}
+        queue = queues[tenant]
+        return job_submit(actor=members[tenant], tenant=queue.tenant, queue=queue, name=name,
+                          command=["python", "train.py"], env=env, gpus_per_replica=gpus,
+                          replicas=replicas)
+
+    def pool(**options):
+        return pool_create(actor=world.operator, fleet=gpu, name="burst", cluster=east,
+                           provider=SIMULATED, node_type="h100x8", max_nodes=4,
+                           provider_options={"joins": "east", **options})
+
+    def cycles():
+        for cluster in (east, west):
+            schedule_cluster(cluster_id=cluster.pk)
+
+    def reconcile(seconds=0.0):
+        for cluster in (east, west):
+            fake_cluster(cluster.name).advance(seconds)
+            reconcile_cluster(cluster=cluster)
+
+    yield SimpleNamespace(fleet=gpu, east=east, west=west, submit=submit, pool=pool,
+                          cycles=cycles, reconcile=reconcile, cloud=lambda: simulated_cloud(
+                              "burst"))
+    reset_simulated_clouds()
+
+
+def refresh(*jobs):
+    for job in jobs:
+        job.refresh_from_db()
+    return jobs
+
+
+def test_a_job_is_dispatched_where_its_gang_fits_and_says_why(fleet):
+    big = fleet.submit(gpus=8, replicas=2)
+    fleet.cycles()
+    small = fleet.submit(gpus=8)
+    refresh(big, small)
+    assert big.cluster == fleet.east  # only east holds 16 GPUs
+    assert big.dispatch == ("dispatched to east: 16 H100 free; west is too small for its gang "
+                            "of 2 x 8 GPUs")
+    assert small.cluster == fleet.west
+    assert small.dispatch == "dispatched to west: 8 H100 free; east has 0"
+    assert small.events.first().reason == small.dispatch
+    fleet.cycles()
+    refresh(small)
+    assert small.state == JobState.RUNNING and small.placement == ["fake-node-000"]
+
+
+def test_a_waiting_job_moves_to_the_first_cluster_that_would_start_it(fleet):
+    fleet.submit(gpus=8, replicas=2, duration=100)  # east
+    fleet.submit(gpus=8, duration=10)  # west
+    fleet.cycles()
+    waiting = fleet.submit(gpus=8)  # fits nowhere: queued where it would start soonest
+    refresh(waiting)
+    assert waiting.state == JobState.QUEUED
+    assert "fit nowhere now" in waiting.dispatch
+    here = waiting.cluster
+    fleet.reconcile(11)  # west's job ends
+    moved = fleet_redispatch(fleet=fleet.fleet)
+    refresh(waiting)
+    if here == fleet.west:
+        assert moved.moved == {}
+    else:
+        assert moved.moved == {waiting.pk: "west"}
+        assert waiting.dispatch.startswith("moved from east: dispatched to west")
+    fleet.cycles()
+    refresh(waiting)
+    assert waiting.state == JobState.RUNNING and waiting.cluster == fleet.west
+    assert Attempt.objects.filter(job=waiting).count() == 1
+
+
+def test_a_lost_cluster_gives_back_its_queued_jobs_and_keeps_its_running_ones(fleet, settings):
+    running = fleet.submit(gpus=8, replicas=2, duration=1000)
+    fleet.cycles()
+    queued = fleet.submit(gpus=8, replicas=2)  # only east could ever hold it: it waits there
+    fleet.submit(gpus=8, duration=1000)  # west busy too
+    fleet.cycles()
+    refresh(running, queued)
+    assert running.cluster == fleet.east and queued.cluster == fleet.east
+    assert running.state == JobState.RUNNING and queued.state == JobState.QUEUED
+    # East's driver stops answering for longer than OGAI_CLUSTER_LOST_S.
+    settings.OGAI_CLUSTER_LOST_S = 60
+    Cluster.objects.filter(pk=fleet.east.pk).update(
+        sync_error="connection refused", last_synced_at=timezone.now() - timedelta(seconds=120))
+    result = fleet_redispatch(fleet=fleet.fleet)
+    refresh(running, queued)
+    assert result.moved == {} and queued.pk in result.stuck  # west can never hold 16 GPUs
+    # A gang west can hold moves; what runs on east stays and is never started again.
+    movable = Job.objects.create(
+        tenant=queued.tenant, queue=queued.queue, cluster=fleet.east, name="m",
+        command=["x"], gpus_per_replica=8, replicas=1, state=JobState.QUEUED,
+        queued_at=timezone.now())
+    result = fleet_redispatch(fleet=fleet.fleet)
+    movable.refresh_from_db()
+    assert result.moved == {movable.pk: "west"}
+    assert movable.cluster == fleet.west
+    assert "moved from east (not answering since" in movable.dispatch
+    for _ in range(3):
+        fleet.cycles()
+        fleet_redispatch(fleet=fleet.fleet)
+    refresh(running)
+    assert running.cluster == fleet.east and running.state == JobState.RUNNING
+    assert Attempt.objects.filter(job=running).count() == 1
+    assert not Attempt.objects.filter(job=running, cluster=fleet.west).exists()
+
+
+def test_a_gang_that_fits_nowhere_buys_exactly_its_nodes_and_starts_when_all_are_ready(fleet):
+    pool = fleet.pool()
+    fleet.submit(gpus=8, replicas=2, duration=5000)
+    fleet.submit(gpus=8, duration=5000)
+    fleet.cycles()
+    gang = fleet.submit(gpus=8, replicas=2, duration=100)
+    fleet.cycles()
+    t0 = timezone.now()
+    fleet_autoscale(pool=pool, now=t0)
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=10))  # asks once, not every pass
+    request = NodeRequest.objects.get()
+    assert request.nodes == 2 and request.jobs == [gang.pk] and not request.failed
+    bought = list(PoolNode.objects.order_by("name"))
+    assert [n.state for n in bought] == [PoolNodeState.BOOTING] * 2
+    refresh(gang)
+    assert gang.dispatch.startswith("waiting for 2 new h100x8 nodes from pool burst")
+    fleet.cloud().advance(299)
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=299))
+    fleet.cycles()
+    refresh(gang)
+    assert gang.state == JobState.QUEUED  # not admitted on half its nodes
+    fleet.cloud().advance(2)
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=301))
+    assert set(Node.objects.filter(cluster=fleet.east).values_list("name", flat=True)) >= {
+        n.name for n in bought}
+    fleet.cycles()
+    refresh(gang)
+    assert gang.state == JobState.RUNNING
+    assert sorted(gang.placement) == [n.name for n in bought]
+    assert NodeRequest.objects.count() == 1
+    # It ends; the nodes go back once empty for the cool-down (600 s), not before.
+    fleet.reconcile(101)
+    done = t0 + timedelta(seconds=410)
+    fleet_autoscale(pool=pool, now=done)
+    fleet_autoscale(pool=pool, now=done + timedelta(seconds=599))
+    assert PoolNode.objects.filter(state=PoolNodeState.READY).count() == 2
+    fleet_autoscale(pool=pool, now=done + timedelta(seconds=600))
+    assert PoolNode.objects.filter(state=PoolNodeState.RETURNED).count() == 2
+    assert not Node.objects.filter(cluster=fleet.east, name__in=[n.name for n in bought]).exists()
+    assert {n.id for n in fleet.cloud().nodes() if n.state == "ready"} == set()
+    kinds = list(ScaleEvent.objects.order_by("created_at", "id").values_list("kind", flat=True))
+    assert kinds == [ScaleEventKind.UP, ScaleEventKind.DOWN, ScaleEventKind.DOWN]
+    usage = UsageRecord.objects.filter(source__startswith="pool node").order_by("source")
+    assert [u.tenant.name for u in usage] == ["alpha", "alpha"]
+    assert usage[0].gpus == 8
+    assert usage[0].ended_at - usage[0].started_at == timedelta(seconds=1010)  # boot and idle
+
+
+def test_a_stock_out_backs_off_and_the_job_says_so(fleet):
+    pool = fleet.pool(stock={"h100x8": 1})
+    fleet.submit(gpus=8, replicas=2, duration=5000)
+    fleet.submit(gpus=8, duration=5000)
+    fleet.cycles()
+    gang = fleet.submit(gpus=8, replicas=2)
+    t0 = timezone.now()
+    fleet_autoscale(pool=pool, now=t0)
+    refresh(gang)
+    assert "stock-out at the provider (try 1 of 3)" in gang.dispatch
+    assert "tries again at" in gang.dispatch
+    assert not PoolNode.objects.exists()  # never half a gang
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=30))
+    assert NodeRequest.objects.count() == 1  # backing off
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=61))
+    assert NodeRequest.objects.count() == 2
+    refresh(gang)
+    assert "(try 2 of 3)" in gang.dispatch
+    fleet.cloud().set_stock("h100x8", None)
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=120))
+    assert NodeRequest.objects.count() == 2  # 120 s after the second try
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=182))
+    last = NodeRequest.objects.order_by("-created_at", "-id").first()
+    assert last.tries == 3 and not last.failed
+    assert PoolNode.objects.filter(state=PoolNodeState.BOOTING).count() == 2
+    assert ScaleEvent.objects.filter(kind=ScaleEventKind.FAILED).count() == 2
+
+
+def test_a_node_that_fails_to_boot_fails_its_whole_request(fleet):
+    pool = fleet.pool()
+    fleet.submit(gpus=8, replicas=2, duration=5000)
+    fleet.submit(gpus=8, duration=5000)
+    fleet.cycles()
+    gang = fleet.submit(gpus=8, replicas=2)
+    fleet.cloud().fail_next(1, "no capacity in zone a")
+    t0 = timezone.now()
+    fleet_autoscale(pool=pool, now=t0)
+    fleet.cloud().advance(300)
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=300))
+    assert not PoolNode.objects.filter(state__in=(PoolNodeState.BOOTING, PoolNodeState.READY))
+    request = NodeRequest.objects.get()
+    assert request.failed and "no capacity in zone a" in request.reason
+    assert not Node.objects.filter(cluster=fleet.east, name__startswith="burst").exists()
+    refresh(gang)
+    assert gang.state == JobState.QUEUED
+
+
+def test_an_oscillating_load_does_not_thrash(fleet):
+    pool = fleet.pool()
+    fleet.submit(gpus=8, replicas=2, duration=100000)
+    fleet.submit(gpus=8, duration=100000)
+    fleet.cycles()
+    t0 = timezone.now()
+    now = t0
+    for _ in range(6):  # a 4-minute job every 5 minutes: the node idles 1 minute each time
+        fleet.submit(gpus=8, duration=240)
+        fleet_autoscale(pool=pool, now=now)
+        fleet.cloud().advance(300)
+        now += timedelta(seconds=300)
+        fleet_autoscale(pool=pool, now=now)
+        fleet.cycles()
+        fleet_autoscale(pool=pool, now=now + timedelta(seconds=10))  # beat: the node is busy
+        fleet.reconcile(240)
+        fleet_autoscale(pool=pool, now=now + timedelta(seconds=240))
+    assert Job.objects.filter(state=JobState.SUCCEEDED).count() >= 5
+    assert NodeRequest.objects.count() == 1
+    assert not ScaleEvent.objects.filter(kind=ScaleEventKind.DOWN).exists()
+    fleet_autoscale(pool=pool, now=now + timedelta(seconds=240 + 600))
+    assert ScaleEvent.objects.filter(kind=ScaleEventKind.DOWN).count() == 1
+
+
+def test_budgets_bound_what_a_pool_buys_and_say_so(fleet, world):
+    pool = fleet.pool()
+    PoolBudget.objects.create(pool=pool, tenant=world.alpha, max_nodes=1)
+    fleet.submit(gpus=8, replicas=2, duration=5000)
+    fleet.submit(gpus=8, duration=5000)
+    fleet.cycles()
+    gang = fleet.submit(gpus=8, replicas=2)
+    result = fleet_autoscale(pool=pool, now=timezone.now())
+    refresh(gang)
+    assert not NodeRequest.objects.exists()
+    assert "needs 2 new nodes; the pool may add 1 more now" in result.refused[gang.pk]
+    assert "the pool cannot help" in gang.dispatch
+    assert ScaleEvent.objects.filter(kind=ScaleEventKind.REFUSED).count() == 1
+    fleet_autoscale(pool=pool, now=timezone.now())
+    assert ScaleEvent.objects.filter(kind=ScaleEventKind.REFUSED).count() == 1  # told once
+
+
+def test_another_tenant_cannot_take_a_node_bought_for_alpha(fleet):
+    """An attack on the tenant boundary: beta's work on an idle node alpha pays for."""
+    pool = fleet.pool()
+    fleet.submit(gpus=8, replicas=2, duration=100000)
+    fleet.submit(gpus=8, duration=100000)
+    fleet.cycles()
+    mine = fleet.submit(gpus=8, duration=10)
+    t0 = timezone.now()
+    fleet_autoscale(pool=pool, now=t0)
+    fleet.cloud().advance(300)
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=300))
+    fleet.cycles()
+    fleet.reconcile(11)
+    refresh(mine)
+    assert mine.state == JobState.SUCCEEDED
+    bought = PoolNode.objects.get()
+    theirs = fleet.submit("beta", gpus=8)
+    # Beta's job sees no room in the fleet, even on alpha's idle node, so the pool buys a node
+    # for beta; the cycle never puts it on alpha's.
+    fleet.cycles()
+    refresh(theirs)
+    assert theirs.state == JobState.QUEUED
+    assert bought.name not in theirs.placement
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=320))
+    fleet.cycles()
+    refresh(theirs)
+    assert theirs.state == JobState.QUEUED
+    assert PoolNode.objects.filter(tenant=theirs.tenant).count() == 1
