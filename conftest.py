@@ -22,6 +22,7 @@ from ogai.tasks import health_ping
 from podsys.drivers import reset_drivers
 from podsys.drivers.fake import fake_cluster, reset_fake_clusters
 from podsys.models import Cluster
+from podsys.providers.simulated import reset_simulated_clouds
 from podsys.services.clusters import cluster_sync_nodes
 from tests.factories import PASSWORD, MembershipFactory, TenantFactory, UserFactory
 
@@ -45,11 +46,14 @@ def _clear_cache():
 
 @pytest.fixture(autouse=True)
 def _fresh_fake_clusters():
-    """Fake clusters live in process memory: every test starts with none."""
+    """Fake clusters and simulated clouds live in process memory: every test starts with
+    none."""
     reset_fake_clusters()
+    reset_simulated_clouds()
     reset_drivers()
     yield
     reset_fake_clusters()
+    reset_simulated_clouds()
     reset_drivers()
 
 

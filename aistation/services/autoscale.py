@@ -43,13 +43,19 @@ class AutoscaleResult:
 
 
 def fleet_autoscale(*, pool: ElasticPool, now: datetime | None = None) -> AutoscaleResult:
+    """One pass of the pool's autoscaler. Passes of one pool never overlap (its row is held),
+    so two workers never buy twice for one job; a pass that dies after the provider answered
+    asks again with the same request id, which buys nothing new."""
     now = now or timezone.now()
     result = AutoscaleResult()
-    if pool_sync(pool=pool, now=now):
-        request_cycle(pool.cluster_id)  # its claimed jobs start now that every node is ready
-    _drop_claims(pool)
-    _scale_up(pool, now, result)
-    _scale_down(pool, now, result)
+    with transaction.atomic():
+        pool = ElasticPool.objects.select_for_update().select_related("fleet", "cluster") \
+            .get(pk=pool.pk)
+        if pool_sync(pool=pool, now=now):
+            request_cycle(pool.cluster_id)  # its claimed jobs start now that all are ready
+        _drop_claims(pool)
+        _scale_up(pool, now, result)
+        _scale_down(pool, now, result)
     return result
 
 

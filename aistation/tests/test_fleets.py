@@ -19,7 +19,7 @@ from infra_os.models import Quota, UsageRecord
 from podsys.choices import PoolNodeState, ScaleEventKind
 from podsys.drivers.fake import fake_cluster
 from podsys.models import Cluster, Node, NodeRequest, PoolBudget, PoolNode, ScaleEvent
-from podsys.providers.simulated import reset_simulated_clouds, simulated_cloud
+from podsys.providers.simulated import simulated_cloud
 from podsys.services.clusters import cluster_sync_nodes
 from podsys.services.fleets import fleet_create, pool_create
 
@@ -32,7 +32,6 @@ def fleet(world, settings):
     beta's queue `fleet` spans both (64-GPU quotas). `fleet.pool()` adds a pool of up to 4
     simulated h100x8 nodes (boot 300 s) joining east."""
     settings.OGAI_RETRY_BACKOFF_S = 0
-    reset_simulated_clouds()
     east = Cluster.objects.create(name="east", driver="fake", options={"nodes": 2})
     west = Cluster.objects.create(name="west", driver="fake", options={"nodes": 1})
     for cluster in (east, west):
@@ -64,10 +63,9 @@ def fleet(world, settings):
             fake_cluster(cluster.name).advance(seconds)
             reconcile_cluster(cluster=cluster)
 
-    yield SimpleNamespace(fleet=gpu, east=east, west=west, submit=submit, pool=pool,
-                          cycles=cycles, reconcile=reconcile, cloud=lambda: simulated_cloud(
-                              "burst"))
-    reset_simulated_clouds()
+    return SimpleNamespace(fleet=gpu, east=east, west=west, submit=submit, pool=pool,
+                           cycles=cycles, reconcile=reconcile,
+                           cloud=lambda: simulated_cloud("burst"))
 
 
 def refresh(*jobs):
@@ -216,14 +214,24 @@ def test_a_stock_out_backs_off_and_the_job_says_so(fleet):
     assert NodeRequest.objects.count() == 2
     refresh(gang)
     assert "(try 2 of 3)" in gang.dispatch
-    fleet.cloud().set_stock("h100x8", None)
     fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=120))
     assert NodeRequest.objects.count() == 2  # 120 s after the second try
     fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=182))
+    assert NodeRequest.objects.count() == 3
+    refresh(gang)
+    assert "(try 3 of 3)" in gang.dispatch
+    # After three tries it pauses an hour, then starts a new round.
+    fleet.cloud().set_stock("h100x8", None)
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=182 + 3599))
+    assert NodeRequest.objects.count() == 3
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=182 + 3600))
     last = NodeRequest.objects.order_by("-created_at", "-id").first()
-    assert last.tries == 3 and not last.failed
+    assert last.tries == 1 and not last.failed
+    assert NodeRequest.objects.values("request_id").distinct().count() == 4
     assert PoolNode.objects.filter(state=PoolNodeState.BOOTING).count() == 2
-    assert ScaleEvent.objects.filter(kind=ScaleEventKind.FAILED).count() == 2
+    assert ScaleEvent.objects.filter(kind=ScaleEventKind.FAILED).count() == 3
+    refresh(gang)
+    assert gang.dispatch.startswith("waiting for 2 new h100x8 nodes")
 
 
 def test_a_node_that_fails_to_boot_fails_its_whole_request(fleet):

@@ -59,8 +59,11 @@ def pool_request_nodes(*, pool: ElasticPool, tenant: Tenant, jobs: list[int], co
     """Ask the provider for `count` nodes at once, for `jobs` (`claims`: how many of the nodes
     each job takes, in order; the first job opened the request). A refusal (a stock-out) is
     recorded on the request with when it is tried again; nothing is half-bought."""
+    # Numbered within the pool: a pass that died after the provider answered asks again with
+    # the same id (its request row went with it), and the provider buys nothing new.
+    number = NodeRequest.objects.filter(pool=pool).count() + 1
     request = NodeRequest.objects.create(
-        pool=pool, tenant=tenant, request_id=f"pool{pool.pk}-job{jobs[0]}-try{tries}",
+        pool=pool, tenant=tenant, request_id=f"pool{pool.pk}-{number}-job{jobs[0]}",
         jobs=list(jobs), nodes=count, tries=tries, created_at=now)
     try:
         provider = pool_provider(pool)
