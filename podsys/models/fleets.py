@@ -99,7 +99,9 @@ class PoolNode(models.Model):
     request = models.ForeignKey(NodeRequest, null=True, on_delete=models.SET_NULL,
                                 related_name="pool_nodes")
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="pool_nodes")
-    name = models.CharField(max_length=253)  # the provider's id, its node name in the cluster
+    name = models.CharField(max_length=253)  # its node name in the cluster (once it joined)
+    # The provider's id for it, where that is not its node name (blank: `name`).
+    provider_id = models.CharField(max_length=253, blank=True)
     state = models.CharField(max_length=16, choices=PoolNodeState.choices,
                              default=PoolNodeState.BOOTING)
     price_per_hour = models.DecimalField(max_digits=10, decimal_places=4, default=0)

@@ -38,7 +38,8 @@ class NodeState(enum.StrEnum):
 
 @dataclass(frozen=True)
 class ProviderNode:
-    """One bought node. `id` is the provider's name for it, and its name in the cluster."""
+    """One bought node. `id` is the provider's name for it, and its name in the cluster unless
+    `node_name` says otherwise."""
 
     id: str
     node_type: str
@@ -47,6 +48,9 @@ class ProviderNode:
     requested_at: float  # on the provider's clock (seconds)
     ready_at: float | None = None
     reason: str = ""  # why FAILED, in words
+    # Its name in the cluster once it joined, where that is not `id` (a provider whose nodes
+    # the cluster's own autoscaler makes learns it only then); "" means `id`.
+    node_name: str = ""
 
 
 class ProviderError(Exception):

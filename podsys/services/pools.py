@@ -14,6 +14,7 @@ from django.db.models import Q
 from infra_os.models import Tenant, UsageRecord
 from infra_os.services.usage import usage_record_create
 from podsys.choices import PoolNodeState, ScaleEventKind
+from podsys.drivers.base import DriverError
 from podsys.models import ElasticPool, Node, NodeRequest, PoolNode, ScaleEvent
 from podsys.providers.base import (
     CapacityProvider,
@@ -23,6 +24,7 @@ from podsys.providers.base import (
     StockOut,
     provider_for,
 )
+from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_sync_nodes
 
 logger = logging.getLogger(__name__)
@@ -34,7 +36,13 @@ LIVE = (PoolNodeState.BOOTING, PoolNodeState.READY)
 
 
 def pool_provider(pool: ElasticPool) -> CapacityProvider:
-    return provider_for(pool.provider, name=pool.name, options=pool.provider_options)
+    provider = provider_for(pool.provider, name=pool.name, options=pool.provider_options)
+    if getattr(provider, "needs_cluster", False):  # it asks the cluster's own autoscaler
+        try:
+            provider.attach(driver_for(pool.cluster))  # type: ignore[attr-defined]
+        except DriverError as exc:
+            raise ProviderError(str(exc)) from exc
+    return provider
 
 
 def pool_node_type(pool: ElasticPool) -> NodeType:
@@ -81,7 +89,8 @@ def pool_request_nodes(*, pool: ElasticPool, tenant: Tenant, jobs: list[int], co
         return request
     order = [job for job in jobs for _ in range(claims.get(job, 0))]
     PoolNode.objects.bulk_create([
-        PoolNode(pool=pool, request=request, tenant=tenant, name=node.id, requested_at=now,
+        PoolNode(pool=pool, request=request, tenant=tenant, name=node.node_name or node.id,
+                 provider_id=node.id, requested_at=now,
                  price_per_hour=Decimal(str(node_type.price_per_hour)), gpus=node_type.gpus,
                  gpu_model=node_type.gpu_model,
                  claims=[order[i]] if i < len(order) else [])
@@ -109,17 +118,18 @@ def pool_sync(*, pool: ElasticPool, now: datetime) -> list[PoolNode]:
     ready: list[PoolNode] = []
     failed_requests: dict[int, str] = {}
     for node in PoolNode.objects.filter(pool=pool, state=PoolNodeState.BOOTING):
-        seen = reported.get(node.name)
+        seen = reported.get(node.provider_id or node.name)
         if seen is not None and seen.state == NodeState.READY:
             node.state, node.ready_at = PoolNodeState.READY, now
-            node.save(update_fields=["state", "ready_at"])
+            node.name = seen.node_name or seen.id  # known now, where the cluster named it
+            node.save(update_fields=["state", "ready_at", "name"])
             ready.append(node)
         elif seen is None or seen.state == NodeState.FAILED:
             reason = seen.reason if seen is not None else "the provider no longer has it"
             node.state, node.reason, node.returned_at = PoolNodeState.FAILED, reason, now
             node.save(update_fields=["state", "reason", "returned_at"])
             try:  # a failed boot is not paid for; the provider forgets it
-                pool_provider(pool).delete(node.name)
+                pool_provider(pool).delete(node.provider_id or node.name)
             except ProviderError as exc:
                 logger.warning("Pool %s: deleting failed %s: %s", pool, node.name, exc)
             if node.request_id:
@@ -145,7 +155,7 @@ def pool_return_node(*, node: PoolNode, now: datetime, reason: str) -> None:
     bought for from its request until now (boot and idle time included)."""
     pool = node.pool
     try:
-        pool_provider(pool).delete(node.name)
+        pool_provider(pool).delete(node.provider_id or node.name)
     except ProviderError as exc:
         logger.warning("Pool %s: returning %s failed, tried again next time: %s", pool,
                        node.name, exc)
@@ -157,7 +167,8 @@ def pool_return_node(*, node: PoolNode, now: datetime, reason: str) -> None:
     node.save(update_fields=["state", "returned_at", "claims"])
     Node.objects.filter(cluster=pool.cluster, name=node.name).delete()
     usage_record_create(
-        tenant=node.tenant, kind=UsageRecord.Kind.LEASE, source=f"pool node {pool.pk}/{node.name}",
+        tenant=node.tenant, kind=UsageRecord.Kind.LEASE,
+        source=f"pool node {pool.pk}/{node.provider_id or node.name}",
         gpus=node.gpus, cpu_cores=0, gpu_model=node.gpu_model, started_at=node.requested_at,
         ended_at=now)
     if was_live and reason != "its request failed":

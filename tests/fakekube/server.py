@@ -106,11 +106,16 @@ RESOURCES = [
              feature="kueue", custom=True),
     Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", namespaced=True,
              feature="kueue", custom=True),
+    Resource("", "v1", "podtemplates", "PodTemplate", namespaced=True),
+    Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest",
+             namespaced=True, feature="provisioning", custom=True),
 ]
 BY_KIND = {r.kind: r for r in RESOURCES}
 GROUPS = {"batch": "v1", "apps": "v1", "networking.k8s.io": "v1",
-          "scheduling.volcano.sh": "v1beta1", "kueue.x-k8s.io": "v1beta1"}
-GROUP_FEATURE = {"scheduling.volcano.sh": "volcano", "kueue.x-k8s.io": "kueue"}
+          "scheduling.volcano.sh": "v1beta1", "kueue.x-k8s.io": "v1beta1",
+          "autoscaling.x-k8s.io": "v1"}
+GROUP_FEATURE = {"scheduling.volcano.sh": "volcano", "kueue.x-k8s.io": "kueue",
+                 "autoscaling.x-k8s.io": "provisioning"}
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
            405: "MethodNotAllowed", 409: "AlreadyExists", 410: "Expired",
@@ -377,8 +382,11 @@ class FakeKube:
     """A fake API server. ``start()`` it (or use the ``fake_kube`` fixture), point the client at
     ``kubeconfig()``, add nodes with ``add_node`` and drive pods with the test controls."""
 
-    def __init__(self, volcano: bool = False, kueue: bool = False) -> None:
-        self.volcano, self.kueue = volcano, kueue
+    def __init__(self, volcano: bool = False, kueue: bool = False,
+                 provisioning: bool = False) -> None:
+        # provisioning: cluster-autoscaler's ProvisioningRequest CRD is installed (the test
+        # plays the autoscaler with `provision`).
+        self.volcano, self.kueue, self.provisioning = volcano, kueue, provisioning
         self.auto_run = False  # bound pods go Running at once
         self.token = secrets.token_hex(16)
         self.store = Store()
@@ -1507,6 +1515,23 @@ class FakeKube:
             self.store.put(node)
             self._settle()
             return copy.deepcopy(node)
+
+    def provision(self, namespace: str, name: str, *, nodes: list[str] | None = None,
+                  failed: str = "") -> None:
+        """Play cluster-autoscaler on a ProvisioningRequest: add `nodes` (as `add_node` does)
+        and set Provisioned=True, or with `failed` set Failed=True with that message."""
+        for node in nodes or []:
+            self.add_node(node)
+        with self.lock:
+            found = self._find("ProvisioningRequest", name, namespace)
+            if found is None:
+                raise KeyError(f"no ProvisioningRequest {namespace}/{name}")
+            kind, reason = ("Failed", "ProvisioningFailed") if failed else \
+                ("Provisioned", "Provisioned")
+            found.setdefault("status", {})["conditions"] = [{
+                "type": kind, "status": "True", "reason": reason,
+                "message": failed or "capacity is provisioned", "lastTransitionTime": now()}]
+            self.store.put(found)
 
     def add_namespace(self, name: str, labels: dict | None = None) -> dict:
         """A namespace, as if created through the API."""
