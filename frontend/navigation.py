@@ -77,6 +77,7 @@ SECTIONS = (
         NavItem("Clusters", "frontend:clusters",
                 ("frontend:cluster", "frontend:cluster-create", "frontend:node",
                  "frontend:cluster-accounts")),
+        NavItem("Fleets", "frontend:fleets", ("frontend:fleet",), operators_only=True),
         NavItem("Stack profiles", "frontend:stack-profiles",
                 ("frontend:stack-profile-create", "frontend:stack-profile-edit"),
                 operators_only=True),

@@ -10,6 +10,7 @@ from frontend.views import (
     datasets,
     deployments,
     evaluations,
+    fleets,
     invitations,
     jobs,
     leases,
@@ -87,6 +88,9 @@ urlpatterns = [
          name="cluster-accounts-push"),
     path("clusters/<slug:name>/accounts/ldap/", cluster_accounts.cluster_ldap_view,
          name="cluster-ldap"),
+    # Fleets of clusters and their elastic pools (operators).
+    path("fleets/", fleets.fleets, name="fleets"),
+    path("fleets/<slug:name>/", fleets.fleet_detail, name="fleet"),
     path("stack/profiles/", stack.stack_profiles, name="stack-profiles"),
     path("stack/profiles/new/", stack.stack_profile_create_view, name="stack-profile-create"),
     path("stack/profiles/<slug:name>/edit/", stack.stack_profile_edit_view,

@@ -38,6 +38,7 @@ from podsys.models import (
     ClusterGroup,
     ClusterUser,
     DeploymentRun,
+    Fleet,
     HealthCheckRun,
     Node,
     StackProfile,
@@ -121,7 +122,7 @@ def _benchmark(tenant):
 
 # The operator's own resources, of no tenant: members of any tenant see none of them.
 OPERATOR_ONLY = {Server, Rack, ProvisioningProfile, ProvisioningBatch, ClusterUser, ClusterGroup,
-                 DeploymentRun, StackProfile}
+                 DeploymentRun, StackProfile, Fleet}
 
 # model → how to make an object that belongs to (tenant, user)
 OWNED_OBJECTS = {
@@ -131,6 +132,7 @@ OWNED_OBJECTS = {
     Invitation: lambda tenant, user: Invitation.objects.create(
         tenant=tenant, username=user.username, expires_at=datetime(2100, 1, 1, tzinfo=UTC)),
     Quota: lambda tenant, user: tenant.quota,
+    Fleet: lambda tenant, user: Fleet.objects.create(name=f"{tenant.name}-fleet"),
     ApiToken: lambda tenant, user: ApiTokenFactory(user=user),
     AuditEvent: lambda tenant, user: AuditEventFactory(tenant=tenant),
     Cluster: lambda tenant, user: _tenant_cluster(tenant),

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -26,12 +25,7 @@ from aistation.scheduler.types import JobSnap, NodeSnap
 from aistation.triggers import request_cycle
 from podsys.choices import NodeHealth, PoolNodeState
 from podsys.models import Cluster, Fleet, Node, PoolNode
-
-
-def cluster_lost(cluster: Cluster, now: datetime) -> bool:
-    """Its driver has been failing for `OGAI_CLUSTER_LOST_S`: no node sync since then."""
-    seen = cluster.last_synced_at or cluster.created_at
-    return bool(cluster.sync_error) and seen < now - timedelta(seconds=settings.OGAI_CLUSTER_LOST_S)
+from podsys.selectors_fleets import cluster_lost
 
 
 def pool_nodes_held(cluster_ids) -> dict[tuple[int, str], tuple[int, frozenset[int]]]:

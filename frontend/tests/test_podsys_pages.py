@@ -144,7 +144,7 @@ def test_navigation_offers_profiles_and_deployments_to_operators_only(signed_in,
 
     runs = reverse("frontend:deployment-run", args=[pod.run.pk])
     assert clusters_section(pod.world.operator, runs) == [
-        ("Clusters", False), ("Stack profiles", False), ("Stack runs", True)]
+        ("Clusters", False), ("Fleets", False), ("Stack profiles", False), ("Stack runs", True)]
     assert clusters_section(pod.world.alpha_member, reverse("frontend:clusters")) == [
         ("Clusters", True)]
 

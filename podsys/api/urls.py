@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from podsys.api import accounts, health, stack, views
+from podsys.api import accounts, fleets, health, stack, views
 
 router = SimpleRouter(trailing_slash=True)
 router.register("clusters", views.ClusterViewSet, basename="cluster")
@@ -11,6 +11,7 @@ router.register("cluster-groups", accounts.ClusterGroupViewSet, basename="cluste
 router.register("health-checks", health.HealthCheckRunViewSet, basename="health-check")
 router.register("stack-profiles", stack.StackProfileViewSet, basename="stack-profile")
 router.register("deployment-runs", stack.DeploymentRunViewSet, basename="deployment-run")
+router.register("fleets", fleets.FleetViewSet, basename="fleet")
 
 app_name = "podsys-api"
 urlpatterns = [
