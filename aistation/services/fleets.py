@@ -14,13 +14,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from aistation.choices import ACTIVE_STATES, JobState
-from aistation.models import Job, JobEvent
+from aistation.choices import ACTIVE_STATES, LIVE_ATTEMPT_STATES, JobState
+from aistation.models import Attempt, Job, JobEvent
 from aistation.scheduler.dispatch import ClusterView, Dispatcher
+from aistation.scheduler.policies import DEFAULT_LEVELS_GPU_S, DEFAULT_MIN_RUN_S
 from aistation.scheduler.types import JobSnap, NodeSnap
 from aistation.triggers import request_cycle
 from podsys.choices import NodeHealth, PoolNodeState
@@ -63,18 +65,32 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
             memory_mib=memory, schedulable=schedulable and health == NodeHealth.HEALTHY
             and (cluster_id, name) not in closed))
     held: dict[int, list] = defaultdict(list)
+    # What the default policy puts before a new job (waiting work at its first level) and what
+    # a new job may preempt (work past the first level that has had its minimum run).
+    first = min(settings.OGAI_SCHEDULER_LEVELS_GPU_S or DEFAULT_LEVELS_GPU_S, default=0.0)
+    min_run = settings.OGAI_SCHEDULER_MIN_RUN_S
+    min_run = DEFAULT_MIN_RUN_S if min_run is None else min_run
+    started = dict(Attempt.objects.filter(cluster_id__in=ids, state__in=LIVE_ATTEMPT_STATES)
+                   .values_list("job_id", "started_at"))
     queued: dict[int, int] = defaultdict(int)
-    for cluster_id, state, placement, gpus, replicas, cpu, memory in Job.objects.filter(
-            cluster_id__in=ids, state__in=(*ACTIVE_STATES, JobState.QUEUED)).values_list(
-            "cluster_id", "state", "placement", "gpus_per_replica", "replicas",
-            "cpu_per_replica", "memory_mib_per_replica"):
+    preemptible: dict[int, int] = defaultdict(int)
+    for pk, cluster_id, state, placement, gpus, replicas, cpu, memory, attained in \
+            Job.objects.filter(cluster_id__in=ids, state__in=(*ACTIVE_STATES, JobState.QUEUED)) \
+            .values_list("pk", "cluster_id", "state", "placement", "gpus_per_replica",
+                         "replicas", "cpu_per_replica", "memory_mib_per_replica",
+                         "attained_gpu_s"):
         if state == JobState.QUEUED:
-            queued[cluster_id] += gpus * replicas
-        else:
-            held[cluster_id] += [(node, gpus, cpu, memory) for node in placement]
+            if attained < first:
+                queued[cluster_id] += gpus * replicas
+            continue
+        held[cluster_id] += [(node, gpus, cpu, memory) for node in placement]
+        since = started.get(pk)
+        ran = (now - since).total_seconds() if since else 0.0
+        if since and ran >= min_run and attained + gpus * replicas * ran >= first:
+            preemptible[cluster_id] += gpus * replicas
     return [ClusterView(name=c.name, nodes=tuple(nodes[c.pk]), held=tuple(held[c.pk]),
-                        queued_gpus=queued[c.pk], alive=not cluster_lost(c, now),
-                        extra={"id": c.pk}) for c in clusters]
+                        queued_gpus=queued[c.pk], preemptible_gpus=preemptible[c.pk],
+                        alive=not cluster_lost(c, now), extra={"id": c.pk}) for c in clusters]
 
 
 def job_snap(job: Job) -> JobSnap:
@@ -99,6 +115,15 @@ def job_dispatch(job: Job, fleet_id: int, now: datetime) -> None:
     job.dispatch = choice.reason
 
 
+def _sooner_there(dispatcher: Dispatcher, snap: JobSnap, choice, here: str) -> bool:
+    """It could start on the chosen cluster now by preempting what its policy puts below it,
+    and not here, where another cluster has the GPUs free (the fleet replay's rule)."""
+    if not any(m.free_gpus("") >= snap.gpus for name, m in dispatcher.members.items()
+               if name != here):
+        return False
+    return choice.ahead < 0 <= dispatcher.ahead(snap, here)
+
+
 @dataclass
 class RedispatchResult:
     moved: dict[int, str] = field(default_factory=dict)  # job id -> the cluster it went to
@@ -120,7 +145,9 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
         dispatchers: dict[int, Dispatcher] = {}  # one per tenant: pool nodes are theirs
         waiting = list(Job.objects.filter(cluster__in=clusters, queue__fleet=fleet,
                                           state=JobState.QUEUED)
-                       .filter(Q(attempt_count=0) | Q(cluster__name__in=lost))
+                       # Never failed: a retrying job stays where it ran (its checkpoints);
+                       # a preempted one resumes wherever it starts.
+                       .filter(Q(restarts=0) | Q(cluster__name__in=lost))
                        .select_related("cluster").order_by("queued_at", "pk"))
         claimed = {job_id for _, claims in pool_nodes_held([c.pk for c in clusters]).values()
                    for job_id in claims}
@@ -131,8 +158,11 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
                 continue  # nodes were bought for it here
             if job.tenant_id not in dispatchers:
                 dispatchers[job.tenant_id] = Dispatcher(fleet_views(clusters, now, job.tenant_id))
-            choice = dispatchers[job.tenant_id].choose(job_snap(job), exclude=frozenset({here}))
-            if choice.cluster is None or not (choice.fits_now or here in lost):
+            dispatcher = dispatchers[job.tenant_id]
+            snap = job_snap(job)
+            choice = dispatcher.choose(snap, exclude=frozenset({here}))
+            if choice.cluster is None or not (choice.fits_now or here in lost
+                                              or _sooner_there(dispatcher, snap, choice, here)):
                 why = f"waits on {here}" + (
                     f"; no other cluster takes it now ({choice.reason.split(': ', 1)[-1]})"
                     if choice.cluster is None or not choice.fits_now else "")

@@ -322,3 +322,21 @@ def test_another_tenant_cannot_take_a_node_bought_for_alpha(fleet):
     refresh(theirs)
     assert theirs.state == JobState.QUEUED
     assert PoolNode.objects.filter(tenant=theirs.tenant).count() == 1
+
+
+def test_a_preempted_job_moves_where_it_starts_but_a_retrying_one_stays(fleet):
+    fleet.submit(gpus=8, replicas=2, duration=1000)  # east full
+    fleet.cycles()
+    queue = Job.objects.first().queue
+
+    def queued(name, restarts):
+        return Job.objects.create(
+            tenant=queue.tenant, queue=queue, cluster=fleet.east, name=name, command=["x"],
+            gpus_per_replica=8, state=JobState.QUEUED, attempt_count=1, restarts=restarts,
+            max_restarts=3, queued_at=timezone.now())
+
+    preempted, retrying = queued("preempted", 0), queued("retrying", 1)
+    result = fleet_redispatch(fleet=fleet.fleet)
+    refresh(preempted, retrying)
+    assert result.moved == {preempted.pk: "west"} and preempted.cluster == fleet.west
+    assert retrying.cluster == fleet.east  # its checkpoints are where it failed
