@@ -3,7 +3,8 @@
 A fleet's queue spans several clusters. Each job is dispatched to one of them, and that cluster's
 own cycle then places it on nodes (`schedule`). The rule, in order:
 
-1. only clusters that answer, have the job's GPU model and could ever hold its gang;
+1. only clusters that can run it (their drivers' features), answer, have the job's GPU model and
+   could ever hold its gang;
 2. a job that started before stays on the cluster it ran on (its checkpoints are there), unless
    that cluster is out of the running (lost);
 3. where the gang fits in the free capacity now: a cluster holding the job's data first, then the
@@ -45,6 +46,9 @@ class ClusterView:
     # GPUs a new job could take there by preemption (work its queue's policy puts below it).
     preemptible_gpus: int = 0
     alive: bool = True  # answers its driver (lost clusters take no work)
+    # What its driver cannot do ({feature: why}, as the driver says): jobs needing it go
+    # elsewhere.
+    unsupported: dict[str, str] = field(default_factory=dict, compare=False)
     extra: dict = field(default_factory=dict, compare=False)  # the caller's own, passed on
 
 
@@ -106,16 +110,23 @@ class Dispatcher:
         self.members = {view.name: _Member(view) for view in clusters}
 
     def choose(self, job: JobSnap, *, data_at: frozenset[str] = frozenset(),
-               home: str | None = None, exclude: frozenset[str] = frozenset()) -> Choice:
+               home: str | None = None, exclude: frozenset[str] = frozenset(),
+               needs: dict[str, str] | None = None) -> Choice:
         """Where `job` goes (see the module's rule). `data_at`: clusters holding its datasets
         and checkpoints; `home`: the cluster it ran on before; `exclude`: clusters not to
-        consider (the one it waits on, when asking whether another would start it now)."""
+        consider (the one it waits on, when asking whether another would start it now);
+        `needs`: features a cluster must have ({feature: what of the job needs it})."""
         shape = shape_of(job)
+        needs = needs or {}
         eligible, refused = [], []
         for member in self.members.values():
             if member.name in exclude:
                 continue
-            if not member.view.alive:
+            lacking = [f for f in needs if f in member.view.unsupported]
+            if lacking:
+                refused.append(f"{member.name} cannot run {needs[lacking[0]]} "
+                               f"({member.view.unsupported[lacking[0]]})")
+            elif not member.view.alive:
                 refused.append(f"{member.name} is not answering")
             elif job.gpu_model and job.gpu_model not in member.models:
                 refused.append(f"{member.name} has no {job.gpu_model}")

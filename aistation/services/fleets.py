@@ -26,7 +26,9 @@ from aistation.scheduler.policies import DEFAULT_LEVELS_GPU_S, DEFAULT_MIN_RUN_S
 from aistation.scheduler.types import JobSnap, NodeSnap
 from aistation.triggers import request_cycle
 from podsys.choices import NodeHealth, PoolNodeState
+from podsys.drivers.base import FEATURE_SANDBOX, FEATURE_WORKDIR, DriverError
 from podsys.models import Cluster, Fleet, Node, PoolNode
+from podsys.runtime import driver_for
 from podsys.selectors_fleets import cluster_lost
 
 
@@ -90,7 +92,15 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
             preemptible[cluster_id] += gpus * replicas
     return [ClusterView(name=c.name, nodes=tuple(nodes[c.pk]), held=tuple(held[c.pk]),
                         queued_gpus=queued[c.pk], preemptible_gpus=preemptible[c.pk],
-                        alive=not cluster_lost(c, now), extra={"id": c.pk}) for c in clusters]
+                        alive=not cluster_lost(c, now), unsupported=_unsupported(c),
+                        extra={"id": c.pk}) for c in clusters]
+
+
+def _unsupported(cluster: Cluster) -> dict[str, str]:
+    try:
+        return dict(driver_for(cluster).unsupported)
+    except DriverError:
+        return {}  # a broken cluster says so when the job is launched
 
 
 def job_snap(job: Job) -> JobSnap:
@@ -104,10 +114,22 @@ def fleet_clusters(fleet_id: int) -> list[Cluster]:
     return list(Cluster.objects.filter(fleet_id=fleet_id, is_active=True).order_by("pk"))
 
 
-def job_dispatch(job: Job, fleet_id: int, now: datetime) -> None:
-    """Choose the cluster of a job being submitted to a fleet queue (set on it, not saved)."""
+def needed_features(job: Job) -> dict[str, str]:
+    """What a cluster must do to run the job ({feature: what of the job needs it}): what
+    submission checks of a cluster, so the dispatcher skips clusters that would refuse it."""
+    needs = {} if settings.OGAI_SINGLE_TENANT else {FEATURE_SANDBOX: "a tenant's work"}
+    if job.workdir_id is not None:
+        needs[FEATURE_WORKDIR] = "a job with a working folder"
+    return needs
+
+
+def job_dispatch(job: Job, fleet_id: int, now: datetime, *,
+                 needs: dict[str, str] | None = None) -> None:
+    """Choose the cluster of a job being submitted to a fleet queue (set on it, not saved);
+    `needs`: what a cluster must do to run it ({feature: what needs it})."""
     clusters = fleet_clusters(fleet_id)
-    choice = Dispatcher(fleet_views(clusters, now, job.tenant_id)).choose(job_snap(job))
+    choice = Dispatcher(fleet_views(clusters, now, job.tenant_id)).choose(
+        job_snap(job), needs=needs or {})
     if choice.cluster is None:
         job.dispatch = choice.reason
         return  # stays on its queue's cluster, which says why it cannot run
@@ -160,7 +182,8 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
                 dispatchers[job.tenant_id] = Dispatcher(fleet_views(clusters, now, job.tenant_id))
             dispatcher = dispatchers[job.tenant_id]
             snap = job_snap(job)
-            choice = dispatcher.choose(snap, exclude=frozenset({here}))
+            choice = dispatcher.choose(snap, exclude=frozenset({here}),
+                                       needs=needed_features(job))
             if choice.cluster is None or not (choice.fits_now or here in lost
                                               or _sooner_there(dispatcher, snap, choice, here)):
                 why = f"waits on {here}" + (

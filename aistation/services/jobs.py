@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
 from aistation.models import Job, JobToken, Queue, Workdir
-from aistation.services.fleets import job_dispatch
+from aistation.services.fleets import job_dispatch, needed_features
 from aistation.services.transitions import job_transition
 from aistation.triggers import request_cancel, request_cycle
 from infra_os.access import require_role
@@ -76,7 +76,7 @@ def _check_fits_cluster(member: Cluster, queue_name: str, gpus: int, gpu_model: 
                                f"than any node of cluster {cluster} has."})
 
 
-def _check_cluster_can(queue: Queue, *, workdir: Workdir | None) -> None:
+def _check_cluster_can(cluster: Cluster, *, workdir: Workdir | None) -> None:
     """Refuse at once what the queue's cluster would refuse to run: a tenant's work where it
     cannot be sandboxed (and the platform serves more than one tenant), and a working folder it
     cannot hand its pods (rather than fail every attempt at launch: `ogai job submit` ships the
@@ -84,26 +84,25 @@ def _check_cluster_can(queue: Queue, *, workdir: Workdir | None) -> None:
     if settings.OGAI_SINGLE_TENANT and workdir is None:
         return
     try:
-        driver = driver_for(queue.cluster)
+        driver = driver_for(cluster)
     except DriverError:
         return  # a broken cluster says so when the job is launched
     if not settings.OGAI_SINGLE_TENANT and not driver.supports(FEATURE_SANDBOX):
         raise ValidationError({"queue": (
-            f"Cluster {queue.cluster.name} runs no tenant's work: it cannot sandbox it "
+            f"Cluster {cluster.name} runs no tenant's work: it cannot sandbox it "
             f"({driver.unsupported[FEATURE_SANDBOX]}).")})
     if workdir is not None and not driver.supports(FEATURE_WORKDIR):
         raise ValidationError({"workdir": (
-            f"Cluster {queue.cluster.name} cannot ship a working folder with a job "
+            f"Cluster {cluster.name} cannot ship a working folder with a job "
             f"({driver.unsupported[FEATURE_WORKDIR]}); submit without one "
             "(`--no-workdir`, `workdir: false`) and put the code in the image.")})
 
 
-def _check_environment(queue: Queue, environment: str) -> None:
-    """Refuse at once an environment the queue's cluster does not offer (or cannot run jobs
+def _check_environment(cluster: Cluster, environment: str) -> None:
+    """Refuse at once an environment the job's cluster does not offer (or cannot run jobs
     in), saying which it offers."""
     if not environment:
         return
-    cluster = queue.cluster
     try:
         offered = driver_for(cluster).environments()
     except DriverError:
@@ -196,8 +195,6 @@ def job_submit(
         raise ValidationError({"workdir": f"No such working folder in tenant {tenant.name}."})
     _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model, cpu=cpu_per_replica,
                 memory_mib=memory_mib_per_replica, replicas=replicas)
-    _check_cluster_can(queue, workdir=workdir)
-    _check_environment(queue, environment)
     now = timezone.now()
     job = Job(
         tenant=tenant, queue=queue, cluster=queue.cluster, owner=actor, name=name,
@@ -213,7 +210,9 @@ def job_submit(
         workdir=workdir, environment=environment,
     )
     if queue.fleet_id:
-        job_dispatch(job, queue.fleet_id, now)
+        job_dispatch(job, queue.fleet_id, now, needs=needed_features(job))
+    _check_cluster_can(job.cluster, workdir=workdir)
+    _check_environment(job.cluster, environment)
     # The foreign keys were resolved above and the database enforces the constraints:
     # checking them again here would cost a query each on every submission.
     job.full_clean(exclude=["tenant", "queue", "cluster", "owner", "rerun_of", "workdir"],

@@ -5,6 +5,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from aistation.choices import JobState
@@ -17,9 +18,11 @@ from aistation.services.reconcile import reconcile_cluster
 from aistation.services.scheduling import schedule_cluster
 from infra_os.models import Quota, UsageRecord
 from podsys.choices import PoolNodeState, ScaleEventKind
+from podsys.drivers.base import FEATURE_SANDBOX
 from podsys.drivers.fake import fake_cluster
 from podsys.models import Cluster, Node, NodeRequest, PoolBudget, PoolNode, ScaleEvent
 from podsys.providers.simulated import simulated_cloud
+from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_sync_nodes
 from podsys.services.fleets import fleet_create, pool_create
 
@@ -340,3 +343,16 @@ def test_a_preempted_job_moves_where_it_starts_but_a_retrying_one_stays(fleet):
     refresh(preempted, retrying)
     assert result.moved == {preempted.pk: "west"} and preempted.cluster == fleet.west
     assert retrying.cluster == fleet.east  # its checkpoints are where it failed
+
+
+def test_a_cluster_that_cannot_run_the_job_is_passed_over_and_named(fleet, settings):
+    settings.OGAI_SINGLE_TENANT = False
+    driver_for(fleet.west).unsupported = {FEATURE_SANDBOX: "it runs work unconfined"}
+    job = fleet.submit(gpus=8)  # best fit would be west's 8 free GPUs
+    assert job.cluster == fleet.east
+    assert job.dispatch == ("dispatched to east: 16 H100 free; west cannot run a tenant's work "
+                            "(it runs work unconfined)")
+    driver_for(fleet.east).unsupported = {FEATURE_SANDBOX: "it runs work unconfined"}
+    with pytest.raises(ValidationError) as refused:
+        fleet.submit(gpus=8)
+    assert "Cluster east runs no tenant's work" in refused.value.message_dict["queue"][0]
