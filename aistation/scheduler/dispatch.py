@@ -5,20 +5,20 @@ own cycle then places it on nodes (`schedule`). The rule, in order:
 
 1. only clusters that can run it (their drivers' features), answer, have the job's GPU model and
    could ever hold its gang;
-2. a job that started before stays on the cluster it ran on (its checkpoints are there), unless
-   that cluster is out of the running (lost);
-3. where the gang fits in the free capacity now: a cluster holding the job's data first, then the
+2. where the gang fits in the free capacity now: a cluster holding the job's data first, then the
    best fit (the fewest GPUs left free after it, as nodes are chosen within a cluster), so the
    emptiest cluster keeps its room for the next large gang;
-4. else where it would start soonest: the least GPU demand ahead of it for each GPU of the
+3. else where it would start soonest: the least GPU demand ahead of it for each GPU of the
    cluster, `(GPUs waiting there before it + its GPUs - GPUs free there - GPUs it could take
    by preemption there) / GPUs there` (the caller counts what its queue's policy puts before a
    new job and below it), with `MOVE_COST` added where its data is not (a tenth of the
    cluster's worth of work ahead).
 
-Every choice says where it went and why in words ("dispatched to gpu-east: 16 H100 free;
-gpu-west has 4"). Jobs dispatched in one pass see each other: a job that fits takes its GPUs
-from that cluster's free capacity, one that waits adds to its line.
+Which jobs may move at all is the caller's to say (`aistation.services.fleets`: a job retrying
+after a failure stays where it ran). Every choice says where it went and why in words
+("dispatched to gpu-east: 16 H100 free; gpu-west has 4"). Jobs dispatched in one pass see each
+other: a job that fits takes its GPUs from that cluster's free capacity, one that waits adds to
+its line.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ class ClusterView:
     # What its driver cannot do ({feature: why}, as the driver says): jobs needing it go
     # elsewhere.
     unsupported: dict[str, str] = field(default_factory=dict, compare=False)
-    extra: dict = field(default_factory=dict, compare=False)  # the caller's own, passed on
 
 
 class Choice(NamedTuple):
@@ -110,10 +109,10 @@ class Dispatcher:
         self.members = {view.name: _Member(view) for view in clusters}
 
     def choose(self, job: JobSnap, *, data_at: frozenset[str] = frozenset(),
-               home: str | None = None, exclude: frozenset[str] = frozenset(),
+               exclude: frozenset[str] = frozenset(),
                needs: dict[str, str] | None = None) -> Choice:
         """Where `job` goes (see the module's rule). `data_at`: clusters holding its datasets
-        and checkpoints; `home`: the cluster it ran on before; `exclude`: clusters not to
+        and checkpoints; `exclude`: clusters not to
         consider (the one it waits on, when asking whether another would start it now);
         `needs`: features a cluster must have ({feature: what of the job needs it})."""
         shape = shape_of(job)
@@ -137,10 +136,6 @@ class Dispatcher:
         if not eligible:
             why = "; ".join(refused) or "the fleet has no cluster"
             return Choice(job.id, None, False, f"no cluster can take it: {why}")
-        if home is not None:
-            for member in eligible:
-                if member.name == home:
-                    return self._take(member, job, shape, f"stays on {home}, where it ran before")
         fitting = []
         for member in eligible:
             picked = member.capacity.place(shape, None)
@@ -183,14 +178,6 @@ class Dispatcher:
         return member is not None and member.view.alive and \
             member.capacity.place(shape_of(job), None) is not None
 
-    def _take(self, member: _Member, job: JobSnap, shape, reason: str) -> Choice:
-        picked = member.capacity.place(shape, None)
-        if picked is not None:
-            member.commit(picked, shape)
-        else:
-            member.queued += job.gpus
-        return Choice(job.id, member.name, picked is not None, reason)
-
 
 def _model(job: JobSnap, member: _Member) -> str:
     if job.gpu_model:
@@ -206,10 +193,8 @@ def _gang(job: JobSnap) -> str:
 
 
 def dispatch(jobs: Sequence[JobSnap], clusters: Iterable[ClusterView], *,
-             data_at: dict[int, frozenset[str]] | None = None,
-             home: dict[int, str] | None = None) -> list[Choice]:
+             data_at: dict[int, frozenset[str]] | None = None) -> list[Choice]:
     """Dispatch `jobs` in order (the queue's order) over `clusters`: one choice per job."""
     dispatcher = Dispatcher(clusters)
-    data_at, home = data_at or {}, home or {}
-    return [dispatcher.choose(job, data_at=data_at.get(job.id, frozenset()),
-                              home=home.get(job.id)) for job in jobs]
+    data_at = data_at or {}
+    return [dispatcher.choose(job, data_at=data_at.get(job.id, frozenset())) for job in jobs]

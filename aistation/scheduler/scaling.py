@@ -155,11 +155,3 @@ def scale_down(nodes: Sequence[PoolNode], now: float,
     """The pool nodes to give back now: empty for the cool-down, not created within it."""
     return [n.name for n in nodes if n.empty_since is not None
             and now - n.empty_since >= cool_down_s and now - n.created_at >= cool_down_s]
-
-
-def next_scale_down(nodes: Sequence[PoolNode], cool_down_s: float = DEFAULT_COOL_DOWN_S
-                    ) -> float | None:
-    """When the next empty node's cool-down ends (to wake up then), None when none is empty."""
-    times = [max(n.empty_since, n.created_at) + cool_down_s for n in nodes
-             if n.empty_since is not None]
-    return min(times, default=None)

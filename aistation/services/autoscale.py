@@ -18,7 +18,7 @@ from aistation.models import Attempt, Job
 from aistation.scheduler.dispatch import Dispatcher
 from aistation.scheduler.scaling import NodeShape, OpenRoom, plan_scale_up, scale_down
 from aistation.scheduler.scaling import PoolNode as PoolNodeSnap
-from aistation.services.fleets import fleet_clusters, fleet_views, job_snap
+from aistation.services.fleets import fleet_clusters, fleet_views, job_move, job_snap
 from aistation.triggers import request_cycle
 from infra_os.models import Quota
 from podsys.choices import PoolNodeState, ScaleEventKind
@@ -107,6 +107,7 @@ def _scale_up(pool: ElasticPool, now: datetime, result: AutoscaleResult) -> None
     shape = NodeShape(node_type.gpus, node_type.gpu_model, node_type.cpu_cores,
                       node_type.memory_mib)
     ready_for: list[Job] = []
+    quota_left = _quota_left({job.tenant_id for job in jobs})
     for job in jobs:
         tried = last_try.get(job.pk)
         if tried is not None and tried.retry_at and tried.retry_at > now:
@@ -114,7 +115,7 @@ def _scale_up(pool: ElasticPool, now: datetime, result: AutoscaleResult) -> None
             _tell(job, f"waiting for pool {pool.name}: {tried.reason}; tries again at "
                        f"{tried.retry_at:%H:%M:%S}")
             continue
-        if not _within_quota(job):
+        if job.gpus > quota_left.get(job.tenant_id, job.gpus):
             continue  # its own quota holds it back: nodes would not help
         if job.cluster_id != pool.cluster_id and (
                 job.attempt_count or not job.queue.fleet_id or not _move(job, pool)):
@@ -151,8 +152,8 @@ def _scale_up(pool: ElasticPool, now: datetime, result: AutoscaleResult) -> None
             tries = tried.tries % MAX_TRIES + 1 if tried is not None and tried.failed else 1
             nodes = request.nodes
             made = pool_request_nodes(
-                pool=pool, tenant=tenant, jobs=list(request.jobs), count=nodes,
-                claims={opener.pk: nodes}, now=now, tries=tries,
+                pool=pool, tenant=tenant, jobs=list(request.jobs), count=nodes, now=now,
+                tries=tries,
                 why=f"job {opener.pk} ({opener.gpus} GPUs fit nowhere in fleet "
                     f"{pool.fleet.name})" + (f" and {len(request.jobs) - 1} small jobs riding "
                                              "along" if len(request.jobs) > 1 else ""))
@@ -170,19 +171,13 @@ def _scale_up(pool: ElasticPool, now: datetime, result: AutoscaleResult) -> None
 
 
 def _move(job: Job, pool: ElasticPool) -> bool:
-    """Send a never-started job to the pool's cluster, where its nodes will join. Both cluster
-    rows are held as a cycle holds them, so a cycle that started it meanwhile has committed and
-    the move finds it no longer queued."""
+    """Send a never-started job to the pool's cluster, where its nodes will join, holding both
+    cluster rows as a cycle holds them."""
     with transaction.atomic():
         list(Cluster.objects.select_for_update(no_key=True)
              .filter(pk__in=(job.cluster_id, pool.cluster_id)).order_by("pk"))
-        moved = Job.objects.filter(pk=job.pk, state=JobState.QUEUED,
-                                   cluster_id=job.cluster_id).update(
-            cluster_id=pool.cluster_id, position=None,
-            reason=f"dispatched; waiting for the scheduler of {pool.cluster.name}")
-    if moved:
-        job.cluster_id = pool.cluster_id
-    return bool(moved)
+        return job_move(job, pool.cluster, why=f"moved to {pool.cluster.name}, where pool "
+                        f"{pool.name}'s nodes join: it fits nowhere in fleet {pool.fleet.name}")
 
 
 def _gpus_of(job_id: int, jobs: list[Job]) -> int:
@@ -198,13 +193,15 @@ def _last_tries(pool: ElasticPool, job_ids: list[int]) -> dict[int, NodeRequest]
     return last
 
 
-def _within_quota(job: Job) -> bool:
-    quota = Quota.objects.filter(tenant_id=job.tenant_id).values_list("gpus", flat=True).first()
-    if quota is None:
-        return True
-    held = Job.objects.filter(tenant_id=job.tenant_id, state__in=ACTIVE_STATES, borrowed=False) \
-        .aggregate(g=Sum(F("gpus_per_replica") * F("replicas")))["g"] or 0
-    return held + job.gpus <= quota
+def _quota_left(tenant_ids: set[int]) -> dict[int, int]:
+    """GPUs each tenant's quota leaves for more work (its work within quota counted); a tenant
+    without a quota row is not limited."""
+    held = dict(Job.objects.filter(tenant_id__in=tenant_ids, state__in=ACTIVE_STATES,
+                                   borrowed=False).values("tenant_id")
+                .annotate(g=Sum(F("gpus_per_replica") * F("replicas")))
+                .values_list("tenant_id", "g"))
+    return {tenant_id: gpus - (held.get(tenant_id) or 0) for tenant_id, gpus in
+            Quota.objects.filter(tenant_id__in=tenant_ids).values_list("tenant_id", "gpus")}
 
 
 def _headroom(pool: ElasticPool, tenant, live: list[PoolNode], now: datetime,

@@ -92,8 +92,8 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
             preemptible[cluster_id] += gpus * replicas
     return [ClusterView(name=c.name, nodes=tuple(nodes[c.pk]), held=tuple(held[c.pk]),
                         queued_gpus=queued[c.pk], preemptible_gpus=preemptible[c.pk],
-                        alive=not cluster_lost(c, now), unsupported=_unsupported(c),
-                        extra={"id": c.pk}) for c in clusters]
+                        alive=not cluster_lost(c, now), unsupported=_unsupported(c))
+            for c in clusters]
 
 
 def _unsupported(cluster: Cluster) -> dict[str, str]:
@@ -173,7 +173,7 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
                        .select_related("cluster").order_by("queued_at", "pk"))
         claimed = {job_id for _, claims in pool_nodes_held([c.pk for c in clusters]).values()
                    for job_id in claims}
-        events, touched = [], set()
+        events: list[JobEvent] = []
         for job in waiting:
             here = job.cluster.name
             if job.pk in claimed and here not in lost:
@@ -197,15 +197,27 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
                       f"{(job.cluster.last_synced_at or job.cluster.created_at):%H:%M}): "
                       if here in lost else f"moved from {here}: ") + choice.reason
             target = by_name[choice.cluster]
-            # Only while it is still queued where it was: a start that won cannot be undone.
-            if Job.objects.filter(pk=job.pk, state=JobState.QUEUED, cluster=job.cluster).update(
-                    cluster=target, dispatch=reason, reason="dispatched; waiting for the "
-                    f"scheduler of {target.name}", position=None, excluded_nodes=[]):
+            if job_move(job, target, why=reason, record=False):
                 events.append(JobEvent(job_id=job.pk, from_state=JobState.QUEUED,
                                        to_state=JobState.QUEUED, reason=reason))
                 result.moved[job.pk] = target.name
-                touched.add(target.pk)
         JobEvent.objects.bulk_create(events)
-        for cluster_id in touched:
-            request_cycle(cluster_id)
     return result
+
+
+def job_move(job: Job, target: Cluster, *, why: str, record: bool = True) -> bool:
+    """Send a queued job to `target` (the caller holds both clusters' rows, as a cycle does
+    while it decides): only while it is still queued where it was, so a start that won is
+    never undone. Its event is written unless the caller writes them in bulk (`record`); a
+    cycle of `target` is asked for."""
+    moved = Job.objects.filter(pk=job.pk, state=JobState.QUEUED, cluster_id=job.cluster_id) \
+        .update(cluster=target, dispatch=why, position=None, excluded_nodes=[],
+                reason=f"dispatched; waiting for the scheduler of {target.name}")
+    if not moved:
+        return False
+    if record:
+        JobEvent.objects.create(job_id=job.pk, from_state=JobState.QUEUED,
+                                to_state=JobState.QUEUED, reason=why)
+    job.cluster, job.dispatch = target, why
+    request_cycle(target.pk)
+    return True

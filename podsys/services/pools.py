@@ -62,11 +62,11 @@ def retry_delay_s(tries: int) -> float:
 
 @transaction.atomic
 def pool_request_nodes(*, pool: ElasticPool, tenant: Tenant, jobs: list[int], count: int,
-                       claims: dict[int, int], why: str, now: datetime,
-                       tries: int = 1) -> NodeRequest:
-    """Ask the provider for `count` nodes at once, for `jobs` (`claims`: how many of the nodes
-    each job takes, in order; the first job opened the request). A refusal (a stock-out) is
-    recorded on the request with when it is tried again; nothing is half-bought."""
+                       why: str, now: datetime, tries: int = 1) -> NodeRequest:
+    """Ask the provider for `count` nodes at once, for `jobs`: the first opened the request and
+    claims every node (its gang), the others ride along on the first node's room. A refusal (a
+    stock-out) is recorded on the request with when it is tried again; nothing is
+    half-bought."""
     # Numbered within the pool: a pass that died after the provider answered asks again with
     # the same id (its request row went with it), and the provider buys nothing new.
     number = NodeRequest.objects.filter(pool=pool).count() + 1
@@ -87,20 +87,13 @@ def pool_request_nodes(*, pool: ElasticPool, tenant: Tenant, jobs: list[int], co
         _event(pool, ScaleEventKind.FAILED, f"{count} {pool.node_type} for job "
                f"{', '.join(map(str, jobs))}: {request.reason}", now, nodes=count, tenant=tenant)
         return request
-    order = [job for job in jobs for _ in range(claims.get(job, 0))]
     PoolNode.objects.bulk_create([
         PoolNode(pool=pool, request=request, tenant=tenant, name=node.node_name or node.id,
                  provider_id=node.id, requested_at=now,
                  price_per_hour=Decimal(str(node_type.price_per_hour)), gpus=node_type.gpus,
-                 gpu_model=node_type.gpu_model,
-                 claims=[order[i]] if i < len(order) else [])
+                 gpu_model=node_type.gpu_model, claims=list(jobs) if i == 0 else jobs[:1])
         for i, node in enumerate(bought)
     ])
-    if len(jobs) > 1:  # riders share the opener's first node
-        first = PoolNode.objects.filter(request=request).order_by("name").first()
-        if first is not None:
-            first.claims = sorted(set(first.claims) | set(jobs[1:]))
-            first.save(update_fields=["claims"])
     _event(pool, ScaleEventKind.UP, f"requested {count} {pool.node_type} for {why}", now,
            nodes=count, tenant=tenant)
     return request
