@@ -15,10 +15,14 @@ own cycle then places it on nodes (`schedule`). The rule, in order:
    cluster's worth of work ahead).
 
 Which jobs may move at all is the caller's to say (`aistation.services.fleets`: a job retrying
-after a failure stays where it ran). Every choice says where it went and why in words
-("dispatched to gpu-east: 16 H100 free; gpu-west has 4"). Jobs dispatched in one pass see each
-other: a job that fits takes its GPUs from that cluster's free capacity, one that waits adds to
-its line.
+after a failure stays where it ran). Waiting jobs are offered other clusters in the order their
+queue's policy would start them (`move_order`), so GPUs freed anywhere in the fleet go to the job
+one cluster's cycle would have started there: under the default policy a new short job before a
+long one that was preempted, not whichever has waited longest.
+
+Every choice says where it went and why in words ("dispatched to gpu-east: 16 H100 free; gpu-west
+has 4"). Jobs dispatched in one pass see each other: a job that fits takes its GPUs from that
+cluster's free capacity, one that waits adds to its line.
 """
 
 from __future__ import annotations
@@ -190,6 +194,17 @@ def _gang(job: JobSnap) -> str:
     if job.replicas == 1:
         return f"its {job.gpus}{model} GPU{'s' if job.gpus != 1 else ''}"
     return f"its gang of {job.replicas} x {job.gpus_per_replica}{model} GPUs"
+
+
+def move_order(*, priority: int, attained_gpu_s: float, queued_at: float, ident: int,
+               first_level: float | None) -> tuple[int, bool, float, float, int]:
+    """The sort key of a waiting job offered other clusters: higher priority first; in a fair
+    queue (`first_level`: the policy's first level, in GPU-seconds) work below the first level
+    before the rest, then the least attained service; then the oldest (`queued_at`, the time its
+    wait began, in seconds)."""
+    if first_level is None:  # fifo and backfill: priority, then submission order
+        return (-priority, False, 0.0, queued_at, ident)
+    return (-priority, attained_gpu_s >= first_level, attained_gpu_s, queued_at, ident)
 
 
 def dispatch(jobs: Sequence[JobSnap], clusters: Iterable[ClusterView], *,

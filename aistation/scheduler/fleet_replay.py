@@ -2,7 +2,8 @@
 
 Each cluster is a `Replay` (the same core and model of work as `replay`), all on one event heap.
 Arrivals are dispatched (`dispatch.Dispatcher`) to a cluster, whose own cycle places them. After
-every change a job that waits moves to another cluster that would start it now: where its gang
+every change the jobs that wait, taken in the order the policy would start them
+(`dispatch.move_order`), move to another cluster that would start them now: where its gang
 fits in the free capacity, or, for a job the default policy puts first (attained service below
 its first level), where the work it would preempt is while nothing here is (the first to admit
 wins: a job is on one cluster's queue at any time, so it never runs twice). With
@@ -24,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .dispatch import ClusterView, Dispatcher
+from .dispatch import ClusterView, Dispatcher, move_order
 from .placement import Cluster, shape_of
 from .policies import DEFAULT_LEVELS_GPU_S, DEFAULT_MIN_RUN_S, FAIR
 from .replay import (
@@ -259,30 +260,33 @@ class FleetReplay:
             return
         dispatcher: Dispatcher | None = None
         moved: dict[int, _Member] = {}
-        for name, member in self.members.items():
-            waiting = sorted((j for j in member.pending.values()
-                              if (j.starts == 0 or self.move_preempted)
-                              and j.trace.id not in self.claimed),
-                             key=lambda j: (j.queued_at, j.trace.id))
-            for job in waiting:
-                need = job.gpus_per_replica * job.replicas
-                if not any(f >= need for other, f in free.items() if other != name):
-                    continue
-                dispatcher = dispatcher or Dispatcher(self._views(now))
-                started = time.perf_counter()
-                choice = dispatcher.choose(self._snap(job), exclude=frozenset({name}))
-                self.dispatch_s.append(time.perf_counter() - started)
-                if choice.cluster is None or not (choice.fits_now or (
-                        choice.ahead < 0 <= dispatcher.ahead(self._snap(job), name))):
-                    continue
-                target = self.members[choice.cluster]
-                del member.pending[job.trace.id]
-                job.queue_s += now - job.queued_at
-                target.arrive(job, now)
-                self.where[job.trace.id] = choice.cluster
-                free[choice.cluster] -= need
-                self.moves += 1
-                moved[target.tag] = target
+        first = self.first_level if self.first_level else None
+        waiting = sorted(((job, name, member) for name, member in self.members.items()
+                          for job in member.pending.values()
+                          if (job.starts == 0 or self.move_preempted)
+                          and job.trace.id not in self.claimed),
+                         key=lambda w: move_order(priority=0, attained_gpu_s=w[0].attained_gpu_s,
+                                                  queued_at=w[0].queued_at, ident=w[0].trace.id,
+                                                  first_level=first))
+        for job, name, member in waiting:
+            need = job.gpus_per_replica * job.replicas
+            if not any(f >= need for other, f in free.items() if other != name):
+                continue
+            dispatcher = dispatcher or Dispatcher(self._views(now))
+            started = time.perf_counter()
+            choice = dispatcher.choose(self._snap(job), exclude=frozenset({name}))
+            self.dispatch_s.append(time.perf_counter() - started)
+            if choice.cluster is None or not (choice.fits_now or (
+                    choice.ahead < 0 <= dispatcher.ahead(self._snap(job), name))):
+                continue
+            target = self.members[choice.cluster]
+            del member.pending[job.trace.id]
+            job.queue_s += now - job.queued_at
+            target.arrive(job, now)
+            self.where[job.trace.id] = choice.cluster
+            free[choice.cluster] -= need
+            self.moves += 1
+            moved[target.tag] = target
         for target in moved.values():
             target.cycle(now)
 

@@ -19,9 +19,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from aistation.choices import ACTIVE_STATES, LIVE_ATTEMPT_STATES, JobState
+from aistation.choices import ACTIVE_STATES, LIVE_ATTEMPT_STATES, JobState, QueuePolicy
 from aistation.models import Attempt, Job, JobEvent
-from aistation.scheduler.dispatch import ClusterView, Dispatcher
+from aistation.scheduler.dispatch import ClusterView, Dispatcher, move_order
 from aistation.scheduler.policies import DEFAULT_LEVELS_GPU_S, DEFAULT_MIN_RUN_S
 from aistation.scheduler.types import JobSnap, NodeSnap
 from aistation.triggers import request_cycle
@@ -69,7 +69,7 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
     held: dict[int, list] = defaultdict(list)
     # What the default policy puts before a new job (waiting work at its first level) and what
     # a new job may preempt (work past the first level that has had its minimum run).
-    first = min(settings.OGAI_SCHEDULER_LEVELS_GPU_S or DEFAULT_LEVELS_GPU_S, default=0.0)
+    first = first_level()
     min_run = settings.OGAI_SCHEDULER_MIN_RUN_S
     min_run = DEFAULT_MIN_RUN_S if min_run is None else min_run
     started = dict(Attempt.objects.filter(cluster_id__in=ids, state__in=LIVE_ATTEMPT_STATES)
@@ -94,6 +94,19 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
                         queued_gpus=queued[c.pk], preemptible_gpus=preemptible[c.pk],
                         alive=not cluster_lost(c, now), unsupported=_unsupported(c))
             for c in clusters]
+
+
+def first_level() -> float:
+    """The default policy's first level (GPU-seconds of attained service)."""
+    return min(settings.OGAI_SCHEDULER_LEVELS_GPU_S or DEFAULT_LEVELS_GPU_S, default=0.0)
+
+
+def _move_key(job: Job, first: float) -> tuple:
+    """The order waiting jobs are offered other clusters in: their policy's (`move_order`)."""
+    queued_at = job.queued_at or job.created_at
+    return move_order(priority=job.priority, attained_gpu_s=job.attained_gpu_s,
+                      queued_at=queued_at.timestamp(), ident=job.pk,
+                      first_level=first if job.queue.policy == QueuePolicy.FAIR else None)
 
 
 def _unsupported(cluster: Cluster) -> dict[str, str]:
@@ -165,12 +178,14 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
         by_name = {c.name: c for c in clusters}
         lost = {c.name for c in clusters if cluster_lost(c, now)}
         dispatchers: dict[int, Dispatcher] = {}  # one per tenant: pool nodes are theirs
-        waiting = list(Job.objects.filter(cluster__in=clusters, queue__fleet=fleet,
-                                          state=JobState.QUEUED)
-                       # Never failed: a retrying job stays where it ran (its checkpoints);
-                       # a preempted one resumes wherever it starts.
-                       .filter(Q(restarts=0) | Q(cluster__name__in=lost))
-                       .select_related("cluster").order_by("queued_at", "pk"))
+        # Never failed: a retrying job stays where it ran (its checkpoints); a preempted one
+        # resumes wherever it starts. The first its policy would start is offered first.
+        first = first_level()
+        waiting = sorted(Job.objects.filter(cluster__in=clusters, queue__fleet=fleet,
+                                            state=JobState.QUEUED)
+                         .filter(Q(restarts=0) | Q(cluster__name__in=lost))
+                         .select_related("cluster", "queue"),
+                         key=lambda job: _move_key(job, first))
         claimed = {job_id for _, claims in pool_nodes_held([c.pk for c in clusters]).values()
                    for job_id in claims}
         events: list[JobEvent] = []

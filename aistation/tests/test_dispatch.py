@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from aistation.scheduler.dispatch import ClusterView, Dispatcher, dispatch
+from aistation.scheduler.dispatch import ClusterView, Dispatcher, dispatch, move_order
 from aistation.scheduler.fleet_replay import FleetReplay, Pool
 from aistation.scheduler.replay import TraceJob
 from aistation.scheduler.scaling import (
@@ -107,6 +107,23 @@ def test_a_node_goes_back_only_after_the_cool_down_and_never_new():
              PoolNode("busy", 0.0, None), PoolNode("short-idle", 0.0, 650.0)]
     assert scale_down(nodes, 1099.0, 600.0) == ["old-idle"]
     assert scale_down(nodes, 1100.0, 600.0) == ["old-idle", "new-idle"]
+
+
+def test_waiting_jobs_are_offered_other_clusters_in_their_policys_order():
+    # (name, priority, attained GPU-s, queued at): an old job that ran 3 GPU-hours, a new one,
+    # a newer one with a little service, and an urgent one.
+    waiting = [("ran-for-hours", 0, 3 * 3600.0, 0.0), ("new", 0, 0.0, 50.0),
+               ("newer-some-service", 0, 600.0, 60.0), ("urgent", 5, 9 * 3600.0, 70.0)]
+
+    def order(first_level):
+        return [name for name, *_ in sorted(waiting, key=lambda w: move_order(
+            priority=w[1], attained_gpu_s=w[2], queued_at=w[3], ident=0,
+            first_level=first_level))]
+
+    # Fair: priority, then below the first level (least service first), then the rest.
+    assert order(3600.0) == ["urgent", "new", "newer-some-service", "ran-for-hours"]
+    # Fifo and backfill: priority, then the oldest.
+    assert order(None) == ["urgent", "ran-for-hours", "new", "newer-some-service"]
 
 
 def trace(*jobs):

@@ -345,6 +345,31 @@ def test_a_preempted_job_moves_where_it_starts_but_a_retrying_one_stays(fleet):
     assert retrying.cluster == fleet.east  # its checkpoints are where it failed
 
 
+def test_freed_gpus_go_to_the_job_the_policy_would_start_first_not_the_oldest(fleet):
+    """West frees 8 GPUs while two jobs wait on a full east: the new one (no service yet, the
+    default policy's first level) moves, not the older one that already ran for hours."""
+    fleet.submit(gpus=8, replicas=2, duration=1000)  # east full
+    fleet.submit(gpus=8, duration=10)  # west full
+    fleet.cycles()
+    queue = Job.objects.first().queue
+    start = timezone.now()
+
+    def queued(name, attained_gpu_s, queued_at):
+        return Job.objects.create(
+            tenant=queue.tenant, queue=queue, cluster=fleet.east, name=name, command=["x"],
+            gpus_per_replica=8, state=JobState.QUEUED, attained_gpu_s=attained_gpu_s,
+            queued_at=queued_at)
+
+    long_one = queued("ran-for-hours", 8 * 3 * 3600.0, start - timedelta(hours=2))
+    new_one = queued("new", 0.0, start)
+    fleet.reconcile(11)  # west's job ends
+    result = fleet_redispatch(fleet=fleet.fleet)
+    refresh(long_one, new_one)
+    assert result.moved == {new_one.pk: "west"} and new_one.cluster == fleet.west
+    assert long_one.cluster == fleet.east
+    assert long_one.dispatch.startswith("waits on east; no other cluster takes it now")
+
+
 def test_a_cluster_that_cannot_run_the_job_is_passed_over_and_named(fleet, settings):
     settings.OGAI_SINGLE_TENANT = False
     driver_for(fleet.west).unsupported = {FEATURE_SANDBOX: "it runs work unconfined"}
