@@ -45,16 +45,18 @@ from aistation.scheduler.fleet_replay import FleetReplay, FleetResult, Pool  # n
 
 TRACE = "cluster04"
 SPLIT = (1 / 2, 1 / 3, 1 / 6)
-FLEET_SIZES = (71, 118)
 BASE, POOL_MAX, BOOT_S, COOL_DOWN_S = 32, 222, 300.0, 600.0
 DAY_S = 86400.0
 
 
 def split(nodes: int, least: int = 1) -> dict[str, int]:
     """Three clusters of 1/2, 1/3 and 1/6 of `nodes` (rounded, the rest to the largest, which
-    holds at least `least` nodes: the largest job's)."""
+    holds at least `least` nodes: the largest job's; what that adds comes off the others, the
+    bigger first, so the fleet has `nodes` nodes in all)."""
     sizes = [max(1, round(nodes * share)) for share in SPLIT]
-    sizes[0] = max(least, sizes[0] + nodes - sum(sizes))
+    sizes[0] = max(least, nodes - sizes[1] - sizes[2])
+    while sum(sizes) > nodes and max(sizes[1:]) > 1:
+        sizes[1 if sizes[1] >= sizes[2] else 2] -= 1
     return {name: size for name, size in zip(("east", "west", "north"), sizes, strict=True)}
 
 
