@@ -201,7 +201,9 @@ def move_order(*, priority: int, attained_gpu_s: float, queued_at: float, ident:
     """The sort key of a waiting job offered other clusters: higher priority first; in a fair
     queue (`first_level`: the policy's first level, in GPU-seconds) work below the first level
     before the rest, then the least attained service; then the oldest (`queued_at`, the time its
-    wait began, in seconds)."""
+    wait began, in seconds). The policy's promotion and starvation bounds are left out: each
+    cluster's own cycle applies them, and ordering moves by them made fleets slower in the
+    replay (bench/fleet_replay.py)."""
     if first_level is None:  # fifo and backfill: priority, then submission order
         return (-priority, False, 0.0, queued_at, ident)
     return (-priority, attained_gpu_s >= first_level, attained_gpu_s, queued_at, ident)

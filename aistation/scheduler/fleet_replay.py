@@ -260,7 +260,7 @@ class FleetReplay:
             return
         dispatcher: Dispatcher | None = None
         moved: dict[int, _Member] = {}
-        first = self.first_level if self.first_level else None
+        first = self.first_level or None  # None: not a fair queue
         waiting = sorted(((job, name, member) for name, member in self.members.items()
                           for job in member.pending.values()
                           if (job.starts == 0 or self.move_preempted)

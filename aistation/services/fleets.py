@@ -69,7 +69,7 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
     held: dict[int, list] = defaultdict(list)
     # What the default policy puts before a new job (waiting work at its first level) and what
     # a new job may preempt (work past the first level that has had its minimum run).
-    first = first_level()
+    first = _first_level()
     min_run = settings.OGAI_SCHEDULER_MIN_RUN_S
     min_run = DEFAULT_MIN_RUN_S if min_run is None else min_run
     started = dict(Attempt.objects.filter(cluster_id__in=ids, state__in=LIVE_ATTEMPT_STATES)
@@ -96,7 +96,7 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
             for c in clusters]
 
 
-def first_level() -> float:
+def _first_level() -> float:
     """The default policy's first level (GPU-seconds of attained service)."""
     return min(settings.OGAI_SCHEDULER_LEVELS_GPU_S or DEFAULT_LEVELS_GPU_S, default=0.0)
 
@@ -180,7 +180,7 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
         dispatchers: dict[int, Dispatcher] = {}  # one per tenant: pool nodes are theirs
         # Never failed: a retrying job stays where it ran (its checkpoints); a preempted one
         # resumes wherever it starts. The first its policy would start is offered first.
-        first = first_level()
+        first = _first_level()
         waiting = sorted(Job.objects.filter(cluster__in=clusters, queue__fleet=fleet,
                                             state=JobState.QUEUED)
                          .filter(Q(restarts=0) | Q(cluster__name__in=lost))
