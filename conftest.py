@@ -45,9 +45,10 @@ def _clear_cache():
 
 
 @pytest.fixture(autouse=True)
-def _fresh_fake_clusters():
-    """Fake clusters and simulated clouds live in process memory: every test starts with
-    none."""
+def _fresh_fake_clusters(settings):
+    """Fake clusters and simulated clouds live in process memory, on clocks the tests move:
+    every test starts with none."""
+    settings.OGAI_FAKE_STATE_DIR = ""
     reset_fake_clusters()
     reset_simulated_clouds()
     reset_drivers()
@@ -159,7 +160,7 @@ def celery_worker_process(tmp_path):
     env = {**os.environ, "DATABASE_URL": _database_url_of_tests(),
            "OGAI_RECONCILE_INTERVAL_S": "0.5", "OGAI_SCHEDULE_INTERVAL_S": "2",
            "OGAI_RETRY_BACKOFF_S": "0.2",
-           "OGAI_LAUNCH_GRACE_S": "5"}
+           "OGAI_LAUNCH_GRACE_S": "5", "OGAI_FAKE_STATE_DIR": str(tmp_path / "fakes")}
     log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "ogai", "worker", "--pool", "solo",

@@ -326,6 +326,10 @@ OGAI_CLUSTER_DRIVERS = {
     "kubernetes": "podsys.drivers.kubernetes.KubernetesDriver",
     "slurm": "podsys.drivers.slurm.SlurmDriver",
 }
+# The `fake` driver's clusters and the simulated cloud (the demo fleet) keep their state in files
+# in this folder, which the web, the worker's processes and beat all share, on the wall clock.
+# Empty: in each process's memory, on a clock only the tests move (the tests' own setting).
+OGAI_FAKE_STATE_DIR = env_str("OGAI_FAKE_STATE_DIR", str(DATA_DIR / "fakes"))
 # Where work runs is a tenant boundary. On the local cluster each tenant's processes run in a
 # bubblewrap sandbox as uid (and gid) SANDBOX_UID_BASE + the tenant's id, never as the platform's
 # own user. Where that cannot be done here (no bubblewrap, no user namespaces, the platform not

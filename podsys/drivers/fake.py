@@ -1,8 +1,10 @@
-"""The `fake` driver: simulated GPU nodes in memory, for tests, demos and benchmarks.
+"""The `fake` driver: simulated GPU nodes, for tests, demos and benchmarks.
 
-Each cluster name has one `FakeCluster` in this process (so every driver instance of a cluster
-sees the same nodes), with a clock the tests move (`advance`) and failures they inject (`crash`,
-`lose_node`, and hardware faults health checks find: `inject_fault`). A workload runs from
+Each cluster name has one `FakeCluster` (so every driver instance of a cluster sees the same
+nodes): in a file every process shares, on the wall clock (`fake_state`, the platform's
+default), or in this process's memory, with a clock the tests move (`advance`) and failures they
+inject (`crash`, `lose_node`, and hardware faults health checks find: `inject_fault`). A
+workload runs from
 launch until `OGAI_FAKE_DURATION_S` (from its env, else the cluster's `default_duration_s`;
 none = until cancelled) has passed on that clock, then exits with `OGAI_FAKE_EXIT_CODE`
 (default 0); a health check's workload ends at once. The fake refuses what a real cluster
@@ -19,7 +21,7 @@ import signal
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -42,6 +44,7 @@ from podsys.drivers.common import (
 )
 from podsys.drivers.fake_health import Fault, probe_line
 from podsys.drivers.fake_metrics import check_override, synthetic_families
+from podsys.drivers.fake_state import SharedFake, shared_state_dir, state_file
 from podsys.exporter import render
 from podsys.health import CHECK_LABEL
 
@@ -168,6 +171,14 @@ class FakeCluster:
         # reused (a placement still naming it must not land on a stranger).
         self._next_number = 0
         self.add_nodes(int(self.options["nodes"]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled by a shared fake (`fake_state`): everything but the lock.
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     # The clock -----------------------------------------------------------------------------
 
@@ -506,7 +517,14 @@ _clusters_lock = threading.Lock()
 
 def fake_cluster(name: str, options: dict | None = None) -> FakeCluster:
     """The fake cluster of this name, created with `options` if it does not exist yet (options
-    of a cluster that exists are ignored: the first creator sets its shape)."""
+    of a cluster that exists are ignored: the first creator sets its shape). With
+    `OGAI_FAKE_STATE_DIR` set, its state is in a file there that every process shares, on the
+    wall clock (`fake_state`)."""
+    folder = shared_state_dir()
+    if folder is not None:
+        shared = SharedFake(state_file(folder, "cluster", name), FakeCluster,
+                            lambda: FakeCluster(name, options))
+        return cast(FakeCluster, shared)
     with _clusters_lock:
         cluster = _clusters.get(name)
         if cluster is None:

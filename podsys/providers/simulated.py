@@ -1,19 +1,21 @@
-"""The simulated cloud: nodes bought in memory, for tests, demos and benchmarks.
+"""The simulated cloud: nodes bought from nowhere, for tests, demos and benchmarks.
 
-Each cloud name has one `SimulatedCloud` in this process (so every provider instance of that
-name sees the same nodes), with a clock the tests move (`advance`), a stock they limit
-(`set_stock`) and boot failures they inject (`fail_next`). A node boots for its type's `boot_s`
-on that clock; with `joins`, a node that turns READY registers with that fake cluster, as a real
-node's kubelet or slurmd does, and leaves it when deleted.
+Each cloud name has one `SimulatedCloud` (so every provider instance of that name sees the same
+nodes): in a file every process shares, on the wall clock (`podsys.drivers.fake_state`, the
+platform's default), or in this process's memory, with a clock the tests move (`advance`), a
+stock they limit (`set_stock`) and boot failures they inject (`fail_next`). A node boots for its
+type's `boot_s` on that clock; with `joins`, a node that turns READY registers with that fake
+cluster, as a real node's kubelet or slurmd does, and leaves it when deleted.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from podsys.drivers.fake import fake_cluster
+from podsys.drivers.fake_state import SharedFake, shared_state_dir, state_file
 from podsys.providers.base import (
     CapacityProvider,
     NodeState,
@@ -82,6 +84,14 @@ class SimulatedCloud:
         self._count = 0
         for type_name, stock in (options.get("stock") or {}).items():
             self.set_stock(type_name, stock)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled by a shared fake (`podsys.drivers.fake_state`): everything but the lock.
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def advance(self, seconds: float) -> float:
         """Move the clock forward; nodes whose boot time is up turn READY (or FAILED)."""
@@ -184,7 +194,13 @@ _clouds_lock = threading.Lock()
 
 def simulated_cloud(name: str, options: dict | None = None) -> SimulatedCloud:
     """The simulated cloud of this name, created with `options` if it does not exist yet (the
-    first creator sets its shape)."""
+    first creator sets its shape). With `OGAI_FAKE_STATE_DIR` set, its state is in a file there
+    that every process shares, on the wall clock (`podsys.drivers.fake_state`)."""
+    folder = shared_state_dir()
+    if folder is not None:
+        shared = SharedFake(state_file(folder, "cloud", name), SimulatedCloud,
+                            lambda: SimulatedCloud(name, options))
+        return cast(SimulatedCloud, shared)
     with _clouds_lock:
         cloud = _clouds.get(name)
         if cloud is None:
