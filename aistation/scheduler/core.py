@@ -171,6 +171,8 @@ class _Cycle:
         self.starvation_s = starvation_s
         self.min_run_s = min_run_s
         self.cluster = cluster = Cluster(snapshot.nodes)
+        # What it could ever hold, with what its pools could buy: only `_never` asks it.
+        self.ever = Cluster(snapshot.nodes + snapshot.elastic) if snapshot.elastic else cluster
         self.usage = Usage()
         pending = self.pending = snapshot.pending
         queues = {q.key: _Queue(q) for q in snapshot.queues}
@@ -369,9 +371,10 @@ class _Cycle:
             by_quota[running.rank] = by_quota.get(running.rank, 0) + sign * job.gpus
 
     def _never(self, shape: Shape) -> str | None:
-        """Why no state of the cluster could ever hold this job, or None."""
+        """Why no state of the cluster (grown by its pools) could ever hold this job, or
+        None."""
         model, g, r = shape[0], shape[1], shape[2]
-        cluster = self.cluster
+        cluster = self.ever
         if r <= 0:
             return reasons.no_replicas()
         if g < 0 or shape[3] < 0 or shape[4] < 0:

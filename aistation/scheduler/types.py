@@ -78,6 +78,9 @@ class Snapshot:
     queues: tuple[QueueSnap, ...]
     running: tuple[JobSnap, ...]
     pending: tuple[JobSnap, ...]
+    # Nodes elastic pools could still add here (their type, up to their size): work they would
+    # hold never fails as too big for the cluster; it waits while the pool buys its nodes.
+    elastic: tuple[NodeSnap, ...] = ()
 
 
 # A cycle's decisions come by the thousand: plain named tuples, several times cheaper to make

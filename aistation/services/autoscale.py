@@ -60,15 +60,19 @@ def fleet_autoscale(*, pool: ElasticPool, now: datetime | None = None) -> Autosc
 
 
 def _drop_claims(pool: ElasticPool) -> None:
-    """A claim lasts while its job waits: started, cancelled or gone, the node is anyone's."""
+    """A claim lasts while its job waits: started, cancelled or gone, the node is anyone's. A
+    job that started on them says so instead of what it waited for."""
     nodes = list(PoolNode.objects.filter(pool=pool, state__in=LIVE).exclude(claims=[]))
-    waiting = set(Job.objects.filter(pk__in={i for n in nodes for i in n.claims},
-                                     state=JobState.QUEUED).values_list("pk", flat=True))
+    states = dict(Job.objects.filter(pk__in={i for n in nodes for i in n.claims})
+                  .values_list("pk", "state"))
     for node in nodes:
-        kept = [i for i in node.claims if i in waiting]
+        kept = [i for i in node.claims if states.get(i) == JobState.QUEUED]
         if kept != node.claims:
             node.claims = kept
             node.save(update_fields=["claims"])
+    for job_id in (pk for pk, state in states.items() if state in ACTIVE_STATES):
+        Job.objects.filter(pk=job_id).update(
+            dispatch=f"started on {pool.cluster.name}, on nodes pool {pool.name} bought for it")
 
 
 def _tell(job: Job, text: str) -> None:

@@ -30,6 +30,7 @@ from podsys.drivers.base import FEATURE_SANDBOX, FEATURE_WORKDIR, DriverError
 from podsys.models import Cluster, Fleet, Node, PoolNode
 from podsys.runtime import driver_for
 from podsys.selectors_fleets import cluster_lost
+from podsys.services.pools import LIVE
 
 
 def pool_nodes_held(cluster_ids) -> dict[tuple[int, str], tuple[int, frozenset[int]]]:
@@ -186,8 +187,10 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
                          .filter(Q(restarts=0) | Q(cluster__name__in=lost))
                          .select_related("cluster", "queue"),
                          key=lambda job: _move_key(job, first))
-        claimed = {job_id for _, claims in pool_nodes_held([c.pk for c in clusters]).values()
-                   for job_id in claims}
+        # Jobs nodes are being bought for, or were bought for, stay: the nodes join here.
+        claimed = {job_id for claims in PoolNode.objects.filter(
+            pool__cluster__in=clusters, state__in=LIVE).values_list("claims", flat=True)
+            for job_id in claims}
         events: list[JobEvent] = []
         for job in waiting:
             here = job.cluster.name

@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, JobState
 from aistation.models import Job, JobToken, Queue, Workdir
+from aistation.scheduler.scaling import NodeShape, nodes_for
+from aistation.scheduler.types import JobSnap
 from aistation.services.fleets import job_dispatch, needed_features
 from aistation.services.transitions import job_transition
 from aistation.triggers import request_cancel, request_cycle
@@ -21,9 +23,11 @@ from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
 from podsys.drivers.base import FEATURE_SANDBOX, FEATURE_WORKDIR, DataMount, DriverError
 from podsys.drivers.common import describe_environments, environment_summary
-from podsys.models import Cluster
+from podsys.models import Cluster, ElasticPool
+from podsys.providers.base import ProviderError
 from podsys.runtime import driver_for
 from podsys.services.clusters import cluster_refresh_capacity
+from podsys.services.pools import pool_node_type
 
 MAX_TIME_LIMIT_S = 30 * 24 * 3600
 
@@ -33,7 +37,7 @@ def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_m
     """Refuse at once what no node of the queue's cluster could ever hold, rather than let it
     wait forever. Checked against the capacity the last node sync summed up: submissions must
     stay cheap."""
-    if queue.fleet_id:  # a fleet queue's job must fit one cluster of the fleet
+    if queue.fleet_id:  # a fleet queue's job must fit one cluster of the fleet, or a pool's
         errors = []
         for member in Cluster.objects.filter(fleet_id=queue.fleet_id, is_active=True):
             try:
@@ -42,8 +46,31 @@ def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_m
             except ValidationError as exc:
                 errors.append(exc)
         if errors:
+            if _fits_a_pool(queue.fleet_id, gpus, gpu_model, cpu, memory_mib, replicas):
+                return
             raise errors[0]
     _check_fits_cluster(queue.cluster, queue.name, gpus, gpu_model, cpu, memory_mib, replicas)
+
+
+def _fits_a_pool(fleet_id: int, gpus: int, gpu_model: str, cpu: float, memory_mib: int,
+                 replicas: int) -> bool:
+    """Whether an elastic pool of the fleet could buy the whole gang, as its autoscaler does for
+    work that fits no cluster: every replica on nodes of the pool's type, at most its
+    `max_nodes`. Asked only of a job no cluster holds, so the provider is rarely called."""
+    snap = JobSnap(id=0, tenant="", queue="", priority=0, submitted_at=0.0,
+                   gpus_per_replica=gpus, replicas=replicas, cpu_per_replica=cpu,
+                   memory_mib_per_replica=memory_mib, gpu_model=gpu_model)
+    for pool in ElasticPool.objects.filter(fleet_id=fleet_id, is_active=True):
+        try:
+            kind = pool_node_type(pool)
+        except ProviderError:
+            continue  # the autoscaler says so when it runs
+        if not gpus or (gpu_model and gpu_model != kind.gpu_model):
+            continue
+        shape = NodeShape(kind.gpus, kind.gpu_model, kind.cpu_cores, kind.memory_mib)
+        if 0 < nodes_for(snap, shape) <= pool.max_nodes:
+            return True
+    return False
 
 
 def _check_fits_cluster(member: Cluster, queue_name: str, gpus: int, gpu_model: str, cpu: float,

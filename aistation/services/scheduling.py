@@ -31,7 +31,9 @@ from infra_os.models import Quota
 from infra_os.selectors import leased_gpus_by_tenant
 from ogai.bulk import bulk_set
 from podsys.choices import NodeHealth
-from podsys.models import Cluster, Node
+from podsys.models import Cluster, ElasticPool, Node, PoolNode
+from podsys.providers.base import ProviderError
+from podsys.services.pools import LIVE, pool_node_type
 
 
 @dataclass
@@ -166,8 +168,26 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
         ),
         running=tuple(running),
         pending=tuple(pending),
+        elastic=_elastic_nodes(cluster) if pending else (),
     )
     return snapshot, {row["id"]: row for row in rows}
+
+
+def _elastic_nodes(cluster: Cluster) -> tuple[NodeSnap, ...]:
+    """The nodes the active pools whose nodes join this cluster could still buy: a gang only
+    they would hold waits for the pool's autoscaler instead of failing as too big."""
+    nodes: list[NodeSnap] = []
+    for pool in ElasticPool.objects.filter(cluster=cluster, is_active=True):
+        try:
+            kind = pool_node_type(pool)
+        except ProviderError:
+            continue  # the autoscaler says why on the pool's events
+        bought = PoolNode.objects.filter(pool=pool, state__in=LIVE).count()
+        nodes += [NodeSnap(name=f"{pool.name}:unbought-{i}", gpus=kind.gpus,
+                           gpu_model=kind.gpu_model, cpu_cores=kind.cpu_cores,
+                           memory_mib=kind.memory_mib)
+                  for i in range(max(0, pool.max_nodes - bought))]
+    return tuple(nodes)
 
 
 def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: datetime,

@@ -199,6 +199,45 @@ def test_a_gang_that_fits_nowhere_buys_exactly_its_nodes_and_starts_when_all_are
     assert usage[0].ended_at - usage[0].started_at == timedelta(seconds=1010)  # boot and idle
 
 
+def test_a_gang_bigger_than_every_cluster_runs_on_nodes_the_pool_buys(fleet):
+    with pytest.raises(ValidationError, match="3 replicas of 8 GPUs need 24 GPUs"):
+        fleet.submit(gpus=8, replicas=3)  # no pool yet: refused at once, nothing kept
+    assert not Job.objects.exists()
+    pool = fleet.pool()
+    gang = fleet.submit(gpus=8, replicas=3, duration=100)
+    fleet.cycles()
+    refresh(gang)
+    assert gang.state == JobState.QUEUED  # waits for the pool; not failed as too big
+    t0 = timezone.now()
+    fleet_autoscale(pool=pool, now=t0)
+    assert NodeRequest.objects.get().nodes == 3
+    refresh(gang)
+    told = gang.dispatch
+    assert told.startswith("waiting for 3 new h100x8 nodes from pool burst")
+    fleet_redispatch(fleet=fleet.fleet, now=t0)  # while they boot it stays, and says so
+    fleet.cycles()
+    refresh(gang)
+    assert (gang.state, gang.cluster, gang.dispatch) == (JobState.QUEUED, fleet.east, told)
+    fleet.cloud().advance(301)
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=301))
+    fleet.cycles()
+    refresh(gang)
+    assert gang.state == JobState.RUNNING
+    assert sorted(gang.placement) == sorted(PoolNode.objects.values_list("name", flat=True))
+    fleet_autoscale(pool=pool, now=t0 + timedelta(seconds=311))
+    refresh(gang)
+    assert gang.dispatch == "started on east, on nodes pool burst bought for it"
+
+
+def test_a_gang_no_pool_could_hold_is_refused_at_submission(fleet):
+    fleet.pool()  # up to 4 nodes of 8 GPUs
+    with pytest.raises(ValidationError, match="5 replicas of 8 GPUs need 40 GPUs"):
+        fleet.submit(gpus=8, replicas=5)
+    with pytest.raises(ValidationError, match="16 GPUs per replica"):
+        fleet.submit(gpus=16)
+    assert not Job.objects.exists()
+
+
 def test_a_stock_out_backs_off_and_the_job_says_so(fleet):
     pool = fleet.pool(stock={"h100x8": 1})
     fleet.submit(gpus=8, replicas=2, duration=5000)
