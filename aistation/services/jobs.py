@@ -33,30 +33,35 @@ MAX_TIME_LIMIT_S = 30 * 24 * 3600
 
 
 def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_mib: int,
-                replicas: int) -> None:
+                replicas: int) -> str:
     """Refuse at once what no node of the queue's cluster could ever hold, rather than let it
     wait forever. Checked against the capacity the last node sync summed up: submissions must
-    stay cheap."""
+    stay cheap. Returns the pool that must buy nodes for it where no cluster of its fleet holds
+    it, else ""."""
     if queue.fleet_id:  # a fleet queue's job must fit one cluster of the fleet, or a pool's
         errors = []
         for member in Cluster.objects.filter(fleet_id=queue.fleet_id, is_active=True):
             try:
-                return _check_fits_cluster(member, queue.name, gpus, gpu_model, cpu, memory_mib,
-                                           replicas)
+                _check_fits_cluster(member, queue.name, gpus, gpu_model, cpu, memory_mib,
+                                    replicas)
+                return ""
             except ValidationError as exc:
                 errors.append(exc)
         if errors:
-            if _fits_a_pool(queue.fleet_id, gpus, gpu_model, cpu, memory_mib, replicas):
-                return
+            pool = _pool_for(queue.fleet_id, gpus, gpu_model, cpu, memory_mib, replicas)
+            if pool:
+                return pool
             raise errors[0]
     _check_fits_cluster(queue.cluster, queue.name, gpus, gpu_model, cpu, memory_mib, replicas)
+    return ""
 
 
-def _fits_a_pool(fleet_id: int, gpus: int, gpu_model: str, cpu: float, memory_mib: int,
-                 replicas: int) -> bool:
-    """Whether an elastic pool of the fleet could buy the whole gang, as its autoscaler does for
-    work that fits no cluster: every replica on nodes of the pool's type, at most its
-    `max_nodes`. Asked only of a job no cluster holds, so the provider is rarely called."""
+def _pool_for(fleet_id: int, gpus: int, gpu_model: str, cpu: float, memory_mib: int,
+              replicas: int) -> str:
+    """An elastic pool of the fleet that could buy the whole gang (its name, else ""), as its
+    autoscaler does for work that fits no cluster: every replica on nodes of the pool's type,
+    at most its `max_nodes`. Asked only of a job no cluster holds, so the provider is rarely
+    called."""
     snap = JobSnap(id=0, tenant="", queue="", priority=0, submitted_at=0.0,
                    gpus_per_replica=gpus, replicas=replicas, cpu_per_replica=cpu,
                    memory_mib_per_replica=memory_mib, gpu_model=gpu_model)
@@ -69,8 +74,8 @@ def _fits_a_pool(fleet_id: int, gpus: int, gpu_model: str, cpu: float, memory_mi
             continue
         shape = NodeShape(kind.gpus, kind.gpu_model, kind.cpu_cores, kind.memory_mib)
         if 0 < nodes_for(snap, shape) <= pool.max_nodes:
-            return True
-    return False
+            return pool.name
+    return ""
 
 
 def _check_fits_cluster(member: Cluster, queue_name: str, gpus: int, gpu_model: str, cpu: float,
@@ -220,8 +225,8 @@ def job_submit(
     if workdir is not None and workdir.tenant_id != tenant.pk:
         # Another tenant's folder is as unknown as a missing one.
         raise ValidationError({"workdir": f"No such working folder in tenant {tenant.name}."})
-    _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model, cpu=cpu_per_replica,
-                memory_mib=memory_mib_per_replica, replicas=replicas)
+    pool = _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model,
+                       cpu=cpu_per_replica, memory_mib=memory_mib_per_replica, replicas=replicas)
     now = timezone.now()
     job = Job(
         tenant=tenant, queue=queue, cluster=queue.cluster, owner=actor, name=name,
@@ -238,6 +243,9 @@ def job_submit(
     )
     if queue.fleet_id:
         job_dispatch(job, queue.fleet_id, now, needs=needed_features(job))
+        if pool:  # its autoscaler moves it where the nodes join, and says what it buys
+            job.dispatch = (f"waiting for pool {pool} to buy nodes: "
+                            f"{job.dispatch.removeprefix('no cluster can take it: ')}")
     _check_cluster_can(job.cluster, workdir=workdir)
     _check_environment(job.cluster, environment)
     # The foreign keys were resolved above and the database enforces the constraints:

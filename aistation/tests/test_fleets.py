@@ -205,6 +205,8 @@ def test_a_gang_bigger_than_every_cluster_runs_on_nodes_the_pool_buys(fleet):
     assert not Job.objects.exists()
     pool = fleet.pool()
     gang = fleet.submit(gpus=8, replicas=3, duration=100)
+    assert gang.dispatch == ("waiting for pool burst to buy nodes: east is too small for its "
+                             "gang of 3 x 8 GPUs; west is too small for its gang of 3 x 8 GPUs")
     fleet.cycles()
     refresh(gang)
     assert gang.state == JobState.QUEUED  # waits for the pool; not failed as too big
