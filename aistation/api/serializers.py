@@ -184,6 +184,9 @@ class JobSerializer(serializers.ModelSerializer):
     resources = serializers.SerializerMethodField()
     workdir = WorkdirBriefSerializer(read_only=True, allow_null=True,
                                      help_text="The working folder it ships; null: none.")
+    reserved_nodes = serializers.ListField(
+        child=serializers.CharField(), read_only=True,
+        help_text="Nodes drained for it while it waits past the starvation bound.")
 
     class Meta:
         model = Job
@@ -191,8 +194,8 @@ class JobSerializer(serializers.ModelSerializer):
             "id", "name", "tenant", "queue", "cluster", "owner", "state", "reason", "dispatch",
             "position", "priority", "image", "environment", "workdir", "command", "env",
             "resources", "replicas", "max_restarts", "time_limit_s", "restarts", "exit_code",
-            "placement", "borrowed", "attained_gpu_s", "waited_s", "created_at", "queued_at",
-            "started_at", "finished_at", "rerun_of",
+            "placement", "reserved_nodes", "borrowed", "attained_gpu_s", "waited_s",
+            "created_at", "queued_at", "started_at", "finished_at", "rerun_of",
         ]
 
     @extend_schema_field(ResourcesSerializer)

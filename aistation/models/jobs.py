@@ -69,6 +69,9 @@ class Job(TimeStampedModel):
     waited_s = models.FloatField(default=0)
     # The current attempt's nodes (one per replica) while admitted or running.
     placement = models.JSONField(default=list, blank=True)
+    # Nodes its cluster's last cycle drained for it while queued (the starvation bound): one
+    # such job per queue across a fleet, so other clusters' cycles read it.
+    reserved_nodes = models.JSONField(default=list, blank=True)
     borrowed = models.BooleanField(default=False)
     attempt_count = models.PositiveIntegerField(default=0)
     queued_at = models.DateTimeField(null=True, blank=True)

@@ -60,7 +60,17 @@ from .policies import (
     waiting_since,
 )
 from .preemption import NO_NEEDS, Needs, RunningJob, fewest_victims
-from .types import Decisions, JobSnap, Preempt, QueueSnap, Snapshot, Start, TenantSnap, Wait
+from .types import (
+    Decisions,
+    JobSnap,
+    Preempt,
+    QueueSnap,
+    Reservation,
+    Snapshot,
+    Start,
+    TenantSnap,
+    Wait,
+)
 
 UNDECIDED, STARTED, WAITING, DEFERRED = 0, 1, 2, 3
 _NEVER_TRIED = -(2**62)  # below any priority
@@ -279,7 +289,8 @@ class _Cycle:
         self.never_fits = [False] * n
         self.starts: list[Start] = []
         self.preemptions: list[Preempt] = []
-        self.reservations: list[tuple[int, list[int]]] = []
+        self.reservations: list[tuple[int, list[int], str]] = []  # job id, nodes, queue
+        self.reserved_elsewhere = snapshot.reserved_elsewhere
         # What is known to fail: placements (by shape), and, per (tenant, shape), the highest
         # priority for which placing, reclaiming and preempting all failed, and preemption
         # searches that found nothing. They stay true while capacity only shrinks and usage only
@@ -406,6 +417,9 @@ class _Cycle:
             starts=tuple(self.starts),
             preemptions=tuple(self.preemptions),
             waits=tuple(self._waits()) if explain else (),
+            reservations=tuple(
+                Reservation(job_id, queue, tuple(self.cluster.names[n] for n in nodes))
+                for job_id, nodes, queue in self.reservations),
         )
 
     def _share(self, tenant: str) -> float:
@@ -930,11 +944,15 @@ class _Cycle:
                 return False
             if allowed is None:
                 self._hopeless[hopeless] = self.rank[i]
+        held = self.reserved_elsewhere.get(queue.key)
+        if held is not None:  # one reservation per queue across its fleet: it waits its turn
+            self._wait(i, reasons.queue_reserved_elsewhere(held, waited, self.starvation_s))
+            return True
         nodes = self.cluster.pick_reservation(shape, allowed, self.biggest_running)
         if nodes is None:
             return False
         self.cluster.reserve(nodes, job.id)
-        self.reservations.append((job.id, nodes))
+        self.reservations.append((job.id, nodes, queue.key))
         self.version += 1
         names = [self.cluster.names[n] for n in nodes]
         self._wait(i, reasons.reserved_for(names, job.id, waited, self.starvation_s))
@@ -1015,7 +1033,7 @@ class _Cycle:
                 body = reasons.no_room_whole_nodes(r, g, room)
             else:
                 body = reasons.no_room_gang(r, g, room)
-        for job_id, reserved in self.reservations:
+        for job_id, reserved, _ in self.reservations:
             if any(not model or cluster.node_model[n] == model for n in reserved):
                 body += reasons.reserved_elsewhere([cluster.names[n] for n in reserved], job_id)
                 break

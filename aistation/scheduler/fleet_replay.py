@@ -23,7 +23,7 @@ import heapq
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .dispatch import ClusterView, Dispatcher, move_order
 from .placement import Cluster, shape_of
@@ -47,7 +47,7 @@ from .scaling import (
     plan_scale_up,
     scale_down,
 )
-from .types import JobSnap, NodeSnap
+from .types import JobSnap, NodeSnap, Snapshot
 
 READY, CHECK = 3, 4  # event kinds after replay's ARRIVE, END and WAKE
 
@@ -91,10 +91,25 @@ class FleetResult:
 
 
 class _Member(Replay):
-    """One cluster of the fleet: tells the fleet of every start, so it can check for twice."""
+    """One cluster of the fleet: tells the fleet of every start, so it can check for twice, and
+    of its starvation reservations, which another cluster's cycle does not repeat."""
 
     fleet: FleetReplay
     name: str
+
+    def _snapshot(self, now: float) -> Snapshot:
+        snapshot = super()._snapshot(now)
+        held = {queue: f"job {job} on {where}"
+                for queue, (where, job) in self.fleet.reserver.items() if where != self.name}
+        return replace(snapshot, reserved_elsewhere=held) if held else snapshot
+
+    def cycle(self, now: float) -> None:
+        super().cycle(now)
+        reserver = self.fleet.reserver
+        for queue in [q for q, (where, _) in reserver.items() if where == self.name]:
+            del reserver[queue]
+        for reservation in self.reservations:
+            reserver[reservation.queue] = (self.name, reservation.job_id)
 
     def _start(self, job: ReplayJob, placement: tuple[str, ...], now: float) -> None:
         self.fleet.started(self, job)
@@ -132,6 +147,7 @@ class FleetReplay:
             g, r = job_shape(trace.gpus, node_gpus)
             self.jobs[trace.id] = ReplayJob(trace, g, r)
         self.where: dict[int, str] = {}
+        self.reserver: dict[str, tuple[str, int]] = {}  # queue -> (cluster, job) reserved for
         self.base_nodes = sum(clusters.values())
         self.bought: dict[str, _Bought] = {}
         self.requests: list[list[str]] = []
@@ -281,6 +297,8 @@ class FleetReplay:
                 continue
             target = self.members[choice.cluster]
             del member.pending[job.trace.id]
+            if self.reserver.get(QUEUE) == (name, job.trace.id):
+                del self.reserver[QUEUE]
             job.queue_s += now - job.queued_at
             target.arrive(job, now)
             self.where[job.trace.id] = choice.cluster

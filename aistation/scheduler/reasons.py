@@ -204,6 +204,14 @@ def reserved_for(names: Sequence[str], job_id: int, waited: float, bound: float)
     )
 
 
+def queue_reserved_elsewhere(held: str, waited: float, bound: float) -> str:
+    return (
+        f"waiting: {num(waited)} s, over the {num(bound)} s starvation bound; its queue's one "
+        f"reservation across the fleet is held for {held}, and this job reserves nodes once "
+        "that one has started"
+    )
+
+
 def waiting(body: str) -> str:
     return f"waiting: {body}"
 

@@ -41,7 +41,7 @@ from .policies import (
     FAIR,
     promotion_bounds,
 )
-from .types import JobSnap, NodeSnap, QueueSnap, Snapshot, TenantSnap
+from .types import JobSnap, NodeSnap, QueueSnap, Reservation, Snapshot, TenantSnap
 
 TENANT = "trace"
 QUEUE = "trace/main"
@@ -193,6 +193,7 @@ class Replay:
         # The job id its wake-ups carry: replays sharing one event heap tell theirs apart.
         self.tag = tag
         self.cycles = 0
+        self.reservations: tuple[Reservation, ...] = ()  # the last cycle's
         self.cycle_s: list[float] = []
         self.backlog: list[int] = []
 
@@ -263,6 +264,7 @@ class Replay:
             self.cycle_s.append(time.perf_counter() - started)
             self.backlog.append(len(snapshot.pending))
         self.cycles += 1
+        self.reservations = decisions.reservations
         if self.record:
             self.decisions.append((now, tuple(sorted(decisions.starts)),
                                    tuple(sorted(p.job_id for p in decisions.preemptions))))

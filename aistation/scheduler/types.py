@@ -81,6 +81,9 @@ class Snapshot:
     # Nodes elastic pools could still add here (their type, up to their size): work they would
     # hold never fails as too big for the cluster; it waits while the pool buys its nodes.
     elastic: tuple[NodeSnap, ...] = ()
+    # Queues that hold their starvation reservation on another cluster of their fleet, and
+    # for what ("job 12 on east"): one reservation per queue, fleet-wide, so none is made here.
+    reserved_elsewhere: dict[str, str] = field(default_factory=dict)
 
 
 # A cycle's decisions come by the thousand: plain named tuples, several times cheaper to make
@@ -104,8 +107,15 @@ class Wait(NamedTuple):
     never_fits: bool = False  # no cluster shape can ever hold it
 
 
+class Reservation(NamedTuple):
+    job_id: int
+    queue: str  # QueueSnap.key
+    nodes: tuple[str, ...]  # drained for it: nothing else starts there
+
+
 @dataclass(frozen=True)
 class Decisions:
     starts: tuple[Start, ...] = ()
     preemptions: tuple[Preempt, ...] = ()
     waits: tuple[Wait, ...] = ()
+    reservations: tuple[Reservation, ...] = ()

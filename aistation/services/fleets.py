@@ -230,7 +230,7 @@ def job_move(job: Job, target: Cluster, *, why: str, record: bool = True) -> boo
     cycle of `target` is asked for."""
     moved = Job.objects.filter(pk=job.pk, state=JobState.QUEUED, cluster_id=job.cluster_id) \
         .update(cluster=target, dispatch=why, position=None, excluded_nodes=[],
-                reason=f"dispatched; waiting for the scheduler of {target.name}")
+                reserved_nodes=[], reason=f"dispatched; waiting for the scheduler of {target.name}")
     if not moved:
         return False
     if record:

@@ -54,7 +54,7 @@ def _ts(moment: datetime | None) -> float:
 PENDING_FIELDS = (
     "id", "queue_id", "reason", "position", "priority", "submitted", "gpus_per_replica",
     "replicas", "cpu_per_replica", "memory_mib_per_replica", "gpu_model", "attained_gpu_s",
-    "excluded_nodes", "not_before", "waited_s",
+    "excluded_nodes", "not_before", "waited_s", "reserved_nodes",
 )
 RUNNING_FIELDS = (
     "id", "queue_id", "priority", "gpus_per_replica", "replicas", "cpu_per_replica",
@@ -169,6 +169,7 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
         running=tuple(running),
         pending=tuple(pending),
         elastic=_elastic_nodes(cluster) if pending else (),
+        reserved_elsewhere=_reserved_elsewhere(cluster, keys) if pending else {},
     )
     return snapshot, {row["id"]: row for row in rows}
 
@@ -188,6 +189,17 @@ def _elastic_nodes(cluster: Cluster) -> tuple[NodeSnap, ...]:
                            memory_mib=kind.memory_mib)
                   for i in range(max(0, pool.max_nodes - bought))]
     return tuple(nodes)
+
+
+def _reserved_elsewhere(cluster: Cluster, keys: dict[int, tuple[str, str]]) -> dict[str, str]:
+    """The fleet queues whose starvation reservation another cluster of the fleet holds (read
+    under the tenants' quota locks, which that cluster's cycle holds while it decides)."""
+    if not cluster.fleet_id:
+        return {}
+    held = (Job.objects.filter(queue__fleet_id=cluster.fleet_id, state=JobState.QUEUED)
+            .exclude(cluster=cluster).exclude(reserved_nodes=[])
+            .values_list("pk", "queue_id", "cluster__name"))
+    return {keys[queue][1]: f"job {pk} on {where}" for pk, queue, where in held if queue in keys}
 
 
 def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: datetime,
@@ -217,6 +229,10 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
     result.waiting = len(decisions.waits) - len(result.failed)
     bulk_set(Job, "reason", reasons)
     bulk_set(Job, "position", positions)
+    drained = {r.job_id: list(r.nodes) for r in decisions.reservations}
+    bulk_set(Job, "reserved_nodes", {
+        pk: drained.get(pk, []) for pk, row in rows.items()
+        if row["reserved_nodes"] != drained.get(pk, [])})
     for job in failed:
         job.position = None
         job.save(update_fields=["state", "reason", "position", "finished_at", "updated_at"])
@@ -244,7 +260,8 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
         events.append(_event(attempt.job, JobState.ADMITTED, where, attempt))
     started = Job.objects.filter(pk__in=result.started)
     started.update(state=JobState.ADMITTED, reason="admitted; launching", position=None,
-                   borrowed=False, attempt_count=F("attempt_count") + 1, updated_at=now)
+                   reserved_nodes=[], borrowed=False, attempt_count=F("attempt_count") + 1,
+                   updated_at=now)
     started.filter(pk__in=[a.job_id for a in attempts if a.borrowed]).update(borrowed=True)
     bulk_set(Job, "placement", placements)
     bulk_set(Job, "waited_s", waited)

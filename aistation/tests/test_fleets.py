@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from aistation.choices import JobState
-from aistation.models import Attempt, Job
+from aistation.models import Attempt, Job, Queue
 from aistation.services.autoscale import fleet_autoscale
 from aistation.services.fleets import fleet_redispatch
 from aistation.services.jobs import job_submit
@@ -422,3 +422,42 @@ def test_a_cluster_that_cannot_run_the_job_is_passed_over_and_named(fleet, setti
     with pytest.raises(ValidationError) as refused:
         fleet.submit(gpus=8)
     assert "Cluster east runs no tenant's work" in refused.value.message_dict["queue"][0]
+
+
+def test_a_fleet_queue_drains_nodes_for_one_starving_job_at_a_time(fleet, settings):
+    """Two of alpha's jobs starve, one queued on each cluster: east drains a node for the first,
+    west drains nothing for the second (it says whose turn it is) and keeps taking work; once
+    the first starts, west reserves for the second."""
+    settings.OGAI_SCHEDULER_STARVATION_S = 60
+    fleet.submit("beta", gpus=8, replicas=2, duration=1000)  # east full
+    fleet.cycles()
+    fleet.submit("beta", gpus=4, duration=2000)  # west half full
+    fleet.cycles()
+    alpha, beta = (Queue.objects.get(tenant__name=t, name="fleet") for t in ("alpha", "beta"))
+
+    def queued(queue, cluster, gpus, waited_s):
+        return Job.objects.create(
+            tenant=queue.tenant, queue=queue, cluster=cluster, name="starving", command=["x"],
+            gpus_per_replica=gpus, state=JobState.QUEUED,
+            queued_at=timezone.now() - timedelta(seconds=waited_s))
+
+    first = queued(alpha, fleet.east, 8, 300)
+    second = queued(alpha, fleet.west, 8, 200)
+    small = queued(beta, fleet.west, 4, 0)
+    fleet.cycles()
+    refresh(first, second, small)
+    assert first.state == JobState.QUEUED and len(first.reserved_nodes) == 1
+    assert first.reason.startswith(f"waiting: nodes {first.reserved_nodes[0]} are reserved for "
+                                   f"job {first.pk}")
+    assert second.reserved_nodes == []
+    assert f"its queue's one reservation across the fleet is held for job {first.pk} on east" \
+        in second.reason
+    assert small.state == JobState.RUNNING, "west drained nothing"
+
+    fleet.reconcile(1001)  # beta's work on east ends
+    fleet.cycles()
+    refresh(first, second)
+    assert first.state == JobState.RUNNING and first.reserved_nodes == []
+    assert second.state == JobState.QUEUED and second.reserved_nodes == ["fake-node-000"]
+    assert second.reason.startswith(f"waiting: nodes fake-node-000 are reserved for job "
+                                    f"{second.pk}")

@@ -163,6 +163,24 @@ def test_a_starving_job_over_its_quota_reserves_nothing():
     assert "reserved" not in r.reason(1)
 
 
+
+def test_a_queue_reserving_on_another_cluster_of_its_fleet_reserves_nothing_here():
+    small = [job(i, "a", 2) for i in range(20, 25)]
+    snap = _half_busy([job(1, "a", 8, submitted_at=NOW - 1000), *small])
+    here = decide(snap)
+    assert [tuple(r) for r in here.decisions.reservations] == [(1, "a/q", ("node-2",))]
+    r = decide(replace(snap, reserved_elsewhere={"a/q": "job 7 on east"}))
+    assert r.decisions.reservations == ()
+    assert r.reason(1) == (
+        "waiting: 1000 s, over the 900 s starvation bound; its queue's one reservation across "
+        "the fleet is held for job 7 on east, and this job reserves nodes once that one has "
+        "started"
+    )
+    assert len(r.starts) == 5, "nothing is drained here: the small jobs start on node-2 too"
+    other = decide(replace(snap, reserved_elsewhere={"b/q": "job 7 on east"}))
+    assert other.reason(1).startswith("waiting: nodes node-2 are reserved for job 1")
+
+
 # -- random snapshots -------------------------------------------------------------------------
 
 
