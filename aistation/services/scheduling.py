@@ -229,6 +229,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
     result.waiting = len(decisions.waits) - len(result.failed)
     bulk_set(Job, "reason", reasons)
     bulk_set(Job, "position", positions)
+    # Every pending job's, so a job that starts or fails now keeps none.
     drained = {r.job_id: list(r.nodes) for r in decisions.reservations}
     bulk_set(Job, "reserved_nodes", {
         pk: drained.get(pk, []) for pk, row in rows.items()
@@ -260,8 +261,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
         events.append(_event(attempt.job, JobState.ADMITTED, where, attempt))
     started = Job.objects.filter(pk__in=result.started)
     started.update(state=JobState.ADMITTED, reason="admitted; launching", position=None,
-                   reserved_nodes=[], borrowed=False, attempt_count=F("attempt_count") + 1,
-                   updated_at=now)
+                   borrowed=False, attempt_count=F("attempt_count") + 1, updated_at=now)
     started.filter(pk__in=[a.job_id for a in attempts if a.borrowed]).update(borrowed=True)
     bulk_set(Job, "placement", placements)
     bulk_set(Job, "waited_s", waited)
