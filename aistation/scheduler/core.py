@@ -51,6 +51,7 @@ from .policies import (
     DEFAULT_STARVATION_S,
     FAIR,
     FIFO,
+    OUTRANKED_DRAIN_SHARE,
     Ranks,
     SortKey,
     order_pending,
@@ -181,6 +182,7 @@ class _Cycle:
         self.starvation_s = starvation_s
         self.min_run_s = min_run_s
         self.cluster = cluster = Cluster(snapshot.nodes)
+        self.schedulable_nodes = sum(node.schedulable for node in snapshot.nodes)
         # What it could ever hold, with what its pools could buy: only `_never` asks it.
         self.ever = Cluster(snapshot.nodes + snapshot.elastic) if snapshot.elastic else cluster
         self.usage = Usage()
@@ -266,6 +268,11 @@ class _Cycle:
         self.need = [shape[1] * shape[2] for shape in self.shapes]
         self.never_text = [never_of_class[c] for c in class_of]
         self.queue_of = [queue_of_class[c] for c in class_of]
+        # The highest rank waiting in each queue (of the jobs that could ever fit).
+        self.top_rank: dict[_Queue, int] = {}
+        for key, queue, never in zip(classes, queue_of_class, never_of_class, strict=True):
+            if never is None and key[8] > self.top_rank.get(queue, key[8] - 1):
+                self.top_rank[queue] = key[8]
 
         # Pending work, in order; tenants take turns by their shares as the passes go.
         keys = order_pending(
@@ -944,11 +951,19 @@ class _Cycle:
                 return False
             if allowed is None:
                 self._hopeless[hopeless] = self.rank[i]
+        nodes = self.cluster.pick_reservation(shape, allowed, self.biggest_running)
+        if (nodes is not None and self.rank[i] < self.top_rank[queue]
+                and len(nodes) > OUTRANKED_DRAIN_SHARE * self.schedulable_nodes):
+            # Outranked: level preemption would take its nodes back after its minimum run, so
+            # draining a large share of the cluster for it idles them for hours to buy minutes;
+            # it goes first where it fits, and promotion bounds its wait (`policies`). Its
+            # queue's next starving job may still get the reservation.
+            self._wait(i, reasons.outranked_no_drain(waited, self.starvation_s, self.min_run_s))
+            return False
         held = self.reserved_elsewhere.get(queue.key)
         if held is not None:  # one reservation per queue across its fleet: it waits its turn
             self._wait(i, reasons.queue_reserved_elsewhere(held, waited, self.starvation_s))
             return True
-        nodes = self.cluster.pick_reservation(shape, allowed, self.biggest_running)
         if nodes is None:
             return False
         self.cluster.reserve(nodes, job.id)

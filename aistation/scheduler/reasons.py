@@ -212,6 +212,15 @@ def queue_reserved_elsewhere(held: str, waited: float, bound: float) -> str:
     )
 
 
+def outranked_no_drain(waited: float, bound: float, min_run: float) -> str:
+    return (
+        f"waiting: {num(waited)} s, over the {num(bound)} s starvation bound, but no nodes drain "
+        "for it while work its queue ranks above it waits: that work would preempt it once it "
+        f"had run {num(min_run)} s; it starts where room frees up, and its total wait promotes "
+        "it in time"
+    )
+
+
 def waiting(body: str) -> str:
     return f"waiting: {body}"
 

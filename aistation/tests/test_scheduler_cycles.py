@@ -124,21 +124,53 @@ def test_no_reservation_before_the_bound():
     assert len(r.starts) == 5
 
 
-def test_a_starving_gang_reserves_enough_of_the_freest_nodes():
-    r = decide(
-        snapshot(
-            nodes(4),
-            quotas={"a": 100},
-            running_jobs=[
-                running(11, "a", 1, on="node-1"),
-                running(12, "a", 4, on="node-2"),
-                running(13, "a", 2, on="node-3"),
-                running(14, "a", 6, on="node-4"),
-            ],
-            pending=[job(1, "a", 8, replicas=2, submitted_at=NOW - 2000)],
-        )
+def _partly_busy(count: int, pending: list[JobSnap]) -> Snapshot:
+    """`count` nodes: node-1 to node-4 hold 1, 4, 2 and 6 GPUs of work, the rest are full."""
+    full = [running(20 + n, "a", 8, on=f"node-{n}") for n in range(5, count + 1)]
+    return snapshot(
+        nodes(count),
+        quotas={"a": 100},
+        running_jobs=[
+            running(11, "a", 1, on="node-1"),
+            running(12, "a", 4, on="node-2"),
+            running(13, "a", 2, on="node-3"),
+            running(14, "a", 6, on="node-4"),
+            *full,
+        ],
+        pending=pending,
     )
+
+
+def test_a_starving_gang_reserves_enough_of_the_freest_nodes():
+    r = decide(_partly_busy(4, [job(1, "a", 8, replicas=2, submitted_at=NOW - 2000)]))
     assert r.reason(1).startswith("waiting: nodes node-1, node-3 are reserved for job 1")
+
+
+def test_no_large_share_of_the_cluster_drains_for_a_job_that_waiting_work_would_preempt():
+    """A gang starving at a high level, with work of a lower level waiting in its queue, would
+    be preempted by that work once it had run its minimum run: draining more than an eighth of
+    the cluster for it would idle those nodes for minutes of its work, again at every wait."""
+
+    def cycle(attained_gpu_s: float, replicas: int):
+        return decide(_partly_busy(8, [
+            job(1, "a", 8, replicas=replicas, submitted_at=NOW - 2000,
+                attained_gpu_s=attained_gpu_s),
+            job(2, "a", 8),  # just submitted, nothing attained: the lowest level
+        ]))
+
+    outranked = cycle(attained_gpu_s=1e6, replicas=2)
+    assert outranked.decisions.reservations == ()
+    assert outranked.reason(1) == (
+        "waiting: 2000 s, over the 900 s starvation bound, but no nodes drain for it while work "
+        "its queue ranks above it waits: that work would preempt it once it had run 600 s; it "
+        "starts where room frees up, and its total wait promotes it in time"
+    )
+    assert "reserved" not in outranked.reason(2)
+    level = cycle(attained_gpu_s=0, replicas=2)  # nothing waiting ranks above it
+    assert [r.nodes for r in level.decisions.reservations] == [("node-1", "node-3")]
+    # An eighth of the cluster still drains for it: long single-node jobs take turns that way.
+    single = cycle(attained_gpu_s=1e6, replicas=1)
+    assert [r.nodes for r in single.decisions.reservations] == [("node-1",)]
 
 
 def test_a_starving_job_goes_first_even_when_its_policy_would_put_it_later():
