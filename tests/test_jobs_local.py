@@ -122,10 +122,8 @@ def test_a_killed_job_resumes_from_its_checkpoint_with_the_same_result(
     while not (checkpoint.exists() and json.loads(checkpoint.read_text())["step"] >= 5):
         assert time.monotonic() < deadline, "the job never wrote its checkpoint"
         time.sleep(0.05)
-    victims = job_processes(job.pk)
-    assert victims, "the job ended before it could be killed"
     killed = 0
-    for pid in victims:
+    for pid in job_processes(job.pk):
         # Killing the first of its processes (the sandbox) can take the others down with it.
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

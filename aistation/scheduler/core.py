@@ -182,7 +182,7 @@ class _Cycle:
         self.starvation_s = starvation_s
         self.min_run_s = min_run_s
         self.cluster = cluster = Cluster(snapshot.nodes)
-        self.schedulable_nodes = sum(node.schedulable for node in snapshot.nodes)
+        self.schedulable_nodes = sum(cluster.schedulable)
         # What it could ever hold, with what its pools could buy: only `_never` asks it.
         self.ever = Cluster(snapshot.nodes + snapshot.elastic) if snapshot.elastic else cluster
         self.usage = Usage()
