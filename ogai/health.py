@@ -1,7 +1,9 @@
 """Liveness and readiness probes, for people and for Kubernetes.
 
 /healthz answers as long as the web process serves requests. /readyz also proves the database
-answers a query and a Celery worker answers a task on the default queue.
+answers a query and a Celery worker answers a task on the default queue. As on the Kubernetes API
+server, `?exclude=worker` leaves a check out: a web pod's readiness probe asks only what the pod
+itself needs (its database), so workers being down does not take the console off the Ingress.
 """
 
 import time
@@ -49,10 +51,20 @@ def _check_worker() -> dict:
     return {"ok": True, "latency_ms": round((time.monotonic() - started) * 1000, 1)}
 
 
+CHECKS = {"database": _check_database, "worker": _check_worker}
+
+
 @never_cache
 @require_GET
 def readyz(request):
-    checks = {"database": _check_database(), "worker": _check_worker()}
+    excluded = set(request.GET.getlist("exclude"))
+    unknown = excluded - set(CHECKS)
+    if unknown:
+        return JsonResponse(
+            {"status": "not ready",
+             "detail": f"no check named {', '.join(sorted(unknown))}; checks: "
+                       f"{', '.join(CHECKS)}"}, status=400)
+    checks = {name: check() for name, check in CHECKS.items() if name not in excluded}
     ready = all(check["ok"] for check in checks.values())
     return JsonResponse(
         {"status": "ready" if ready else "not ready", "checks": checks},

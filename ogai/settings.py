@@ -140,8 +140,10 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)
+# collectstatic's folder; the image collects into its own (OGAI_STATIC_ROOT), since a volume
+# mounted at OGAI_DATA_DIR would hide files collected there at build time.
+STATIC_ROOT = Path(env_str("OGAI_STATIC_ROOT", str(DATA_DIR / "static")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -13,7 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from podsys.metric_names import NODE_METRICS
 
 PLATFORM = Path(__file__).resolve().parent.parent / "platform"
-DASHBOARDS = sorted((PLATFORM / "grafana" / "dashboards").glob("*.json"))
+# One copy of the dashboards, for compose and Kubernetes (ConfigMaps) alike.
+DASHBOARD_DIR = PLATFORM / "kubernetes" / "monitoring" / "dashboards"
+DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
 RULES = PLATFORM / "prometheus" / "rules.yml"
 PROMETHEUS = PLATFORM / "prometheus" / "prometheus.yml"
 # Prometheus's own series about each scrape.
@@ -99,7 +101,7 @@ def test_dashboards_are_grafana_json_on_known_metrics(path, known_names):
 
 
 def test_the_gpu_dashboard_is_per_node_on_the_dcgm_names():
-    dashboard = json.loads((PLATFORM / "grafana" / "dashboards" / "gpu-nodes.json").read_text())
+    dashboard = json.loads((DASHBOARD_DIR / "gpu-nodes.json").read_text())
     variables = {var["name"] for var in dashboard["templating"]["list"]}
     assert "Hostname" in variables
     used = set().union(*(metric_names(expr) for _, expr in dashboard_queries(dashboard)))
@@ -152,6 +154,6 @@ def test_grafana_provisioning_points_at_the_dashboards_compose_mounts():
     path = providers["providers"][0]["options"]["path"]
     compose = yaml.safe_load((PLATFORM / "compose.yaml").read_text())
     mounts = compose["services"]["grafana"]["volumes"]
-    assert f"./grafana/dashboards:{path}:ro" in mounts
+    assert f"./kubernetes/monitoring/dashboards:{path}:ro" in mounts
     assert "./prometheus/rules.yml:/etc/prometheus/rules.yml:ro" in \
         compose["services"]["prometheus"]["volumes"]

@@ -23,6 +23,16 @@ def test_readyz_says_why_when_no_worker_answers(client, db, settings):
     assert "no Celery worker answered" in checks["worker"]["detail"]
 
 
+def test_readyz_leaves_out_an_excluded_check(client, db, settings):
+    settings.OGAI_READY_WORKER_TIMEOUT = 0.5
+    response = client.get("/readyz?exclude=worker")
+    assert response.status_code == 200
+    assert set(response.json()["checks"]) == {"database"}
+    refused = client.get("/readyz?exclude=wroker")
+    assert refused.status_code == 400
+    assert "no check named wroker" in refused.json()["detail"]
+
+
 @pytest.mark.slow
 def test_readyz_is_ready_with_a_live_worker(client, db, celery_worker_process):
     response = client.get("/readyz")

@@ -1,7 +1,8 @@
 """Checking a Kubernetes object, written as plain data, against the official client's OpenAPI
 models: every field known (the API server would drop an unknown one silently, or refuse it), every
 required field present, every value of its type. Kinds the client has no model for (Volcano's
-PodGroup) are checked for their common shape only."""
+PodGroup, the Prometheus Operator's and CloudNativePG's resources) are checked for their common
+shape only."""
 
 from __future__ import annotations
 
@@ -39,6 +40,17 @@ MODELS = {
     ("apps/v1", "Deployment"): "V1Deployment",
     ("networking.k8s.io/v1", "NetworkPolicy"): "V1NetworkPolicy",
     ("v1", "DeleteOptions"): "V1DeleteOptions",
+    # The platform's own manifests (platform/kubernetes/), applied to the fake API server.
+    ("v1", "ConfigMap"): "V1ConfigMap",
+    ("v1", "ServiceAccount"): "V1ServiceAccount",
+    ("v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",
+    ("rbac.authorization.k8s.io/v1", "Role"): "V1Role",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "V1ClusterRoleBinding",
+    ("networking.k8s.io/v1", "Ingress"): "V1Ingress",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
+    ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
 }
 
 
