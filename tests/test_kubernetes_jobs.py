@@ -611,9 +611,10 @@ def _granted(rules: list[dict], group: str, resource: str, verb: str) -> bool:
 
 
 def test_the_service_accounts_rights_cover_every_call_the_driver_makes(kube, world):
-    """platform/kubernetes-rbac.yaml, against what the driver really sends in a workload's whole
-    life: a namespace found without its labels, launches with secrets, status, logs, cancel."""
-    rbac = Path(django_settings.BASE_DIR) / "platform" / "kubernetes-rbac.yaml"
+    """platform/kubernetes/rbac/rbac.yaml, against what the driver really sends in a workload's
+    whole life: a namespace found without its labels, launches with secrets, status, logs,
+    cancel."""
+    rbac = Path(django_settings.BASE_DIR) / "platform" / "kubernetes" / "rbac" / "rbac.yaml"
     documents = yaml.safe_load_all(rbac.read_text())
     rules = [rule for doc in documents if doc["kind"] == "ClusterRole" for rule in doc["rules"]]
     kube.add_namespace("ogai-alpha")  # made by someone else: patched
@@ -638,10 +639,54 @@ def test_the_service_accounts_rights_cover_every_call_the_driver_makes(kube, wor
             continue
         parts = match.groupdict()
         resource = parts["plural"] + (f"/{parts['sub']}" if parts["sub"] else "")
-        verb = verbs.get(request["method"]) or ("get" if parts["name"] else "list")
+        verb = verbs.get(request["method"]) or (
+            "get" if parts["name"] else
+            "watch" if request["query"].get("watch") in ("true", "1") else "list")
         calls.add((parts.get("group") or "", resource, verb))
     assert {("", "secrets", "create"), ("", "secrets", "delete"), ("", "namespaces", "patch"),
             ("networking.k8s.io", "networkpolicies", "create")} <= calls
     assert ("", "secrets", "get") not in calls and ("", "secrets", "list") not in calls
     for group, resource, verb in sorted(calls):
         assert _granted(rules, group, resource, verb), (group, resource, verb)
+
+
+RDMA = "rdma/rdma_shared_device_a"
+
+
+def test_an_rdma_job_runs_in_the_tenants_rdma_namespace_on_nodes_that_offer_devices(kube, world):
+    """From submission to a running pod: the nodes' RDMA devices in the inventory, placement by
+    them, the pod with the attachment, the devices and IPC_LOCK in the tenant's RDMA namespace
+    (Pod Security `privileged` there, enforced by the fake API server), and the devices held."""
+    for name in ("ib-0", "ib-1"):
+        kube.add_node(name, gpus=8, extended={RDMA: "2"})
+    set_options(kube, rdma_resource=RDMA, networks={
+        "ib": {"definition": "net-system/ib-sriov", "interface": "ib0", "hcas": ["mlx5_0"]}})
+    cluster_sync_nodes(cluster=kube.cluster)
+    nodes = {node.name: node for node in kube.cluster.nodes.all()}
+    assert (nodes["ib-0"].rdma_devices, nodes["ib-0"].rdma_in_use) == (2, 0)
+    assert nodes["gpu-0"].rdma_devices == 0
+
+    job = job_submit(actor=world.alpha_member, tenant=world.alpha,
+                     queue=kube.cluster.queues.get(name="default"), name="allreduce",
+                     command=["python", "train.py"], gpus_per_replica=8, replicas=2,
+                     rdma_per_replica=2, networks=["ib"])
+    cycle(kube)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert sorted(job.placement) == ["ib-0", "ib-1"]
+    assert kube.objects("Job", "ogai-alpha") == []
+    [k8s_job] = kube.objects("Job", "ogai-alpha-rdma")
+    pod = k8s_job["spec"]["template"]
+    annotations = json.loads(pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"])
+    assert annotations == [{"name": "ib-sriov", "namespace": "net-system", "interface": "ib0"}]
+    [container] = pod["spec"]["containers"]
+    assert container["resources"]["limits"][RDMA] in ("2", 2)
+    assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"],
+                                                            "drop": ["ALL"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["NCCL_IB_HCA"], env["NCCL_SOCKET_IFNAME"]) == ("mlx5_0", "ib0")
+    assert len(kube.pods(selector(job))) == 2  # admitted by the namespace's Pod Security level
+
+    cluster_sync_nodes(cluster=kube.cluster)
+    held = {node.name: node.rdma_in_use for node in kube.cluster.nodes.all()}
+    assert (held["ib-0"], held["ib-1"]) == (2, 2)

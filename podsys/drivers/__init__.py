@@ -7,6 +7,7 @@ in a process talks to the same cluster state (the fake cluster's, above all).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 
 from podsys.drivers.base import ClusterDriver, DriverError
@@ -63,6 +64,10 @@ def get_driver(*, cluster: str, driver: str, options: dict | None = None) -> Clu
 
 
 def reset_drivers() -> None:
-    """Forget every cached instance (for tests)."""
+    """Forget every cached instance and stop every cluster watch of this process (for tests:
+    no watch thread outlives its test, nor its fake API server)."""
     with _lock:
         _drivers.clear()
+    watches = sys.modules.get("podsys.drivers.kube_watch")  # loaded only where used
+    if watches is not None:
+        watches.stop_all()

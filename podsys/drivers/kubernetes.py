@@ -5,9 +5,19 @@ Options (the cluster's driver options; credentials are merged in by `podsys.runt
 `kubeconfig` (YAML text) or `in_cluster: true`, and the manifest settings of
 `kube_manifests.KubeOptions` (among them `environments`, the images jobs may name). The objects'
 names are the workload id, and every object carries the workload label, so launching twice
-creates nothing new (409 is "already launched") and status is one list of pods for the whole
-cluster. A tenant's namespace is made to hold before anything runs in it: its Pod Security
-labels and its namespace-wide NetworkPolicies are checked (and put right) on every launch.
+creates nothing new (409 is "already launched").
+
+Status, nodes, cancel, logs and cleanup read the cluster's managed pods, Jobs and Deployments
+and its nodes (and, for the GPUs in use, its unfinished pods) from watches (`kube_watch`):
+listed once per process, then followed, so a reconcile costs what changed, not the cluster's
+size, and a workload that ends and is deleted between two reconciles still reads as ended
+(its objects' last states are kept a while). Options `watch` (default true; false lists every
+collection on every call, as before), `watch_lag_s` (how long a call waits for the watches to
+catch up with the cluster's current version, default 0.5) and `watch_idle_s` (watches nobody
+read for this long stop, default 600). Both ways read the objects as the API's JSON (dicts)
+through the same code, so they answer the same. A tenant's namespace is made to hold before
+anything runs in it: its Pod Security labels and its namespace-wide NetworkPolicies are
+checked (and put right) on every launch.
 Errors the API may recover from (5xx, a refused connection) are retried a few times; what
 remains is a `DriverError` in the cluster's own words, never with the credentials in it.
 """
@@ -17,7 +27,10 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +40,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 from urllib3.exceptions import HTTPError
 
+from podsys.drivers import kube_watch
 from podsys.drivers.base import (
     FEATURE_WORKDIR,
     ClusterDriver,
@@ -46,14 +60,17 @@ from podsys.drivers.kube_manifests import (
     MANAGED_BY,
     WORKLOAD_LABEL,
     KubeOptions,
-    namespace_for,
     namespace_labels,
     namespace_object,
     render_yaml,
     tenant_policies,
+    wants_rdma_namespace,
+    workload_namespace,
     workload_objects,
 )
+from podsys.drivers.kube_networks import check_namespace_owner, node_rdma, pod_rdma
 from podsys.drivers.kube_security import NAMESPACE_POLICIES
+from podsys.drivers.kube_watch import Collection, Store, Transport, WatchOptions
 
 T = TypeVar("T")
 MANAGED = f"{MANAGED_BY}=ogai"
@@ -64,6 +81,39 @@ STUCK = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContaine
          "CreateContainerError", "CrashLoopBackOff"}
 RETRIES = 3
 FOREGROUND = client.V1DeleteOptions(propagation_policy="Foreground")
+Obj = dict[str, Any]
+NO_MEMO: dict = {}  # with lists: nothing is kept from one call to the next
+
+
+def _slim_pod(pod: Obj) -> Obj:
+    """What status, nodes and logs read of a pod (a store of 50,000 whole pods is large).
+    A field the code below starts to read must be kept here."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    return {
+        "kind": "Pod",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                          "labels", "annotations", "creationTimestamp",
+                                          "deletionTimestamp") if k in meta},
+        "spec": {"nodeName": spec.get("nodeName"),
+                 "containers": [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                                for c in spec.get("containers") or []]},
+        "status": {k: status[k] for k in ("phase", "reason", "message", "conditions",
+                                          "containerStatuses") if k in status},
+    }
+
+
+# What the driver follows: the managed pods, Jobs and Deployments (indexed by workload), the
+# nodes, and every unfinished pod (the GPUs in use on each node, OGAI's or not).
+PODS = Collection("pods", "Pod", "/api/v1/pods", label_selector=MANAGED,
+                  index_label=WORKLOAD_LABEL, slim=_slim_pod)
+JOBS = Collection("jobs", "Job", "/apis/batch/v1/jobs", label_selector=MANAGED,
+                  index_label=WORKLOAD_LABEL)
+DEPLOYMENTS = Collection("deployments", "Deployment", "/apis/apps/v1/deployments",
+                         label_selector=MANAGED, index_label=WORKLOAD_LABEL)
+NODES = Collection("nodes", "Node", "/api/v1/nodes")
+UNFINISHED_PODS = Collection("unfinished pods", "Pod", "/api/v1/pods",
+                             field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                             slim=_slim_pod)
 
 
 def api_message(exc: ApiException) -> str:
@@ -90,6 +140,10 @@ class KubernetesDriver(ClusterDriver):
                 "a working folder reaches the pods from the artifacts volume, which this "
                 "cluster has not: set its 'artifacts_claim' and 'data_dir'")}
         self.retry_delay_s = float(self.options.get("retry_delay_s", 0.5))
+        try:
+            self.watching = WatchOptions.from_options(self.options)
+        except ValueError as exc:
+            raise DriverError(f"cluster {cluster}: {exc}") from exc
         self._api: client.ApiClient | None = None
 
     # -- the connection -----------------------------------------------------------------------
@@ -97,22 +151,26 @@ class KubernetesDriver(ClusterDriver):
     @property
     def api(self) -> client.ApiClient:
         if self._api is None:
-            configuration = client.Configuration()
-            try:
-                if self.options.get("in_cluster"):
-                    config.load_incluster_config(client_configuration=configuration)
-                else:
-                    kubeconfig = yaml.safe_load(self.options.get("kubeconfig") or "")
-                    config.load_kube_config_from_dict(
-                        kubeconfig, client_configuration=configuration)
-            except Exception as exc:
-                raise DriverError(
-                    f"cluster {self.cluster}: the credentials could not be loaded "
-                    f"({type(exc).__name__}); register the cluster again with a valid "
-                    "kubeconfig") from None
-            configuration.retries = 0  # retried here, with the API's words kept
-            self._api = client.ApiClient(configuration)
+            self._api = self._new_api()
         return self._api
+
+    def _new_api(self) -> client.ApiClient:
+        """A client of the cluster (the watches have their own, kept by the process)."""
+        configuration = client.Configuration()
+        try:
+            if self.options.get("in_cluster"):
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                kubeconfig = yaml.safe_load(self.options.get("kubeconfig") or "")
+                config.load_kube_config_from_dict(
+                    kubeconfig, client_configuration=configuration)
+        except Exception as exc:
+            raise DriverError(
+                f"cluster {self.cluster}: the credentials could not be loaded "
+                f"({type(exc).__name__}); register the cluster again with a valid "
+                "kubeconfig") from None
+        configuration.retries = 0  # retried here, with the API's words kept
+        return client.ApiClient(configuration)
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call the API, retrying server errors and refused connections."""
@@ -165,32 +223,84 @@ class KubernetesDriver(ClusterDriver):
     # -- nodes --------------------------------------------------------------------------------
 
     def nodes(self) -> list[NodeInfo]:
-        core = client.CoreV1Api(self.api)
-        listed = self._checked("list nodes", core.list_node)
-        pods = self._checked("list pods", core.list_pod_for_all_namespaces,
-                             field_selector="status.phase!=Succeeded,status.phase!=Failed")
-        allocated: dict[str, int] = {}
-        for pod in pods.items:
-            if pod.spec.node_name:
-                allocated[pod.spec.node_name] = (
-                    allocated.get(pod.spec.node_name, 0) + _pod_gpus(pod))
-        return [_node_info(node, allocated.get(node.metadata.name, 0)) for node in listed.items]
+        rdma = self.kube.rdma_resource
+        with self._reading(NODES, UNFINISHED_PODS) as ((nodes, pods), memo):
+            # With watches, what was derived from an object is kept by its resourceVersion.
+            known_held, known_nodes = memo.get("pod_held", {}), memo.get("node_info", {})
+            held: dict[tuple, tuple[int, int]] = {}
+            allocated: dict[str, tuple[int, int]] = {}
+            for key, pod in pods.objects.items():
+                if name := pod["spec"].get("nodeName"):
+                    version = (key, pod["metadata"].get("resourceVersion"))
+                    found = known_held.get(version)
+                    if found is None:
+                        found = (_pod_gpus(pod), pod_rdma(pod, rdma))
+                    held[version] = found
+                    gpus, devices = allocated.get(name, (0, 0))
+                    allocated[name] = (gpus + found[0], devices + found[1])
+            infos: dict[tuple, NodeInfo] = {}
+            for _, node in sorted(nodes.objects.items()):
+                name = node["metadata"]["name"]
+                used = allocated.get(name, (0, 0))
+                seen = (name, node["metadata"].get("resourceVersion"), used)
+                info = known_nodes.get(seen)
+                infos[seen] = (_node_info(node, used[0], rdma=rdma, rdma_allocated=used[1])
+                               if info is None else info)
+            if memo is not NO_MEMO:
+                memo["pod_held"], memo["node_info"] = held, infos
+            return list(infos.values())
+
+    # -- reading the cluster: watched, or listed -----------------------------------------------
+
+    @contextlib.contextmanager
+    def _reading(self, *collections: Collection) -> Iterator[tuple[list[Store], dict]]:
+        """The stores of these collections, current (see `kube_watch`), held still while the
+        caller reads them: the watches' (under their locks), or one list each; and the
+        watches' memo (`NO_MEMO`, empty and not kept, with lists)."""
+
+        def listing(what: str, fn: Callable[[], T]) -> T:
+            return self._checked(what, fn)
+
+        if not self.watching.watch:
+            transport = Transport(self.api)
+            stores = []
+            for collection in collections:
+                listed = listing(f"list {collection.name}", partial(transport.list, collection))
+                stores.append(Store.of(collection, listed.get("items") or [], ""))
+            yield stores, NO_MEMO
+            return
+        watch = kube_watch.cluster_watch(self.cluster, self.options, self._new_api,
+                                         self.watching.idle_s)
+        informers = watch.sync(list(collections), self.watching.lag_s, listing)
+        with contextlib.ExitStack() as held:
+            for name in sorted(informers):  # always in the same order
+                held.enter_context(informers[name].lock)
+            yield [informers[c.name].store for c in collections], watch.memo
+
+    @contextlib.contextmanager
+    def _workloads(self, *, with_nodes: bool = False) -> Iterator[_Workloads]:
+        wanted = (PODS, JOBS, DEPLOYMENTS, *((NODES,) if with_nodes else ()))
+        with self._reading(*wanted) as (stores, memo):
+            yield _Workloads(stores[0], stores[1], stores[2],
+                             nodes=stores[3] if with_nodes else None, memo=memo)
 
     # -- workloads ----------------------------------------------------------------------------
 
     def _namespace(self, workload: Workload) -> str:
-        tenant = workload.labels.get("ogai.tenant", "")
+        """The tenant's namespace, or its RDMA namespace for a workload holding RDMA devices
+        (`kube_networks`)."""
         try:
-            return namespace_for(tenant, self.kube)
+            return workload_namespace(workload, self.kube)
         except ValueError as exc:
             raise DriverError(str(exc)) from None
 
-    def _ensure_namespace(self, namespace: str, tenant: str) -> None:
-        """The tenant's namespace, with the Pod Security level and the namespace-wide
-        NetworkPolicies, whether OGAI made it or found it (an older OGAI's, or an operator's)."""
+    def _ensure_namespace(self, namespace: str, tenant: str, *, rdma: bool = False) -> None:
+        """The tenant's namespace (or its RDMA namespace), with the Pod Security level and the
+        namespace-wide NetworkPolicies, whether OGAI made it or found it (an older OGAI's, or an
+        operator's); never one labelled for another tenant or kind."""
         try:
-            wanted = namespace_labels(tenant)
-            policies = tenant_policies(tenant, self.kube)
+            wanted = namespace_labels(tenant, rdma)
+            policies = tenant_policies(tenant, self.kube, rdma)
         except ValueError as exc:
             raise DriverError(str(exc)) from None
         core = client.CoreV1Api(self.api)
@@ -204,16 +314,23 @@ class KubernetesDriver(ClusterDriver):
         if found is None:
             try:
                 self._call("create the namespace", core.create_namespace,
-                           namespace_object(tenant, self.kube))
+                           namespace_object(tenant, self.kube, rdma))
             except ApiException as exc:
                 if exc.status != 409:
                     raise DriverError(f"cluster {self.cluster}: create namespace {namespace}: "
                                       f"{api_message(exc)}") from None
-        elif any((found.metadata.labels or {}).get(k) != v for k, v in wanted.items()):
-            # A merge patch, whatever the client's default: the namespace's other labels stay.
-            self._checked(f"label namespace {namespace}", core.patch_namespace, namespace,
-                          {"metadata": {"labels": wanted}},
-                          _content_type="application/merge-patch+json")
+        else:
+            try:
+                check_namespace_owner(found.metadata.labels, wanted)
+            except ValueError as exc:
+                raise DriverError(f"cluster {self.cluster}: namespace {namespace}: "
+                                  f"{exc}") from None
+            if any((found.metadata.labels or {}).get(k) != v for k, v in wanted.items()):
+                # A merge patch, whatever the client's default: the namespace's other labels
+                # stay.
+                self._checked(f"label namespace {namespace}", core.patch_namespace, namespace,
+                              {"metadata": {"labels": wanted}},
+                              _content_type="application/merge-patch+json")
         self._ensure_policies(namespace, policies)
 
     def _ensure_policies(self, namespace: str, policies: list[dict]) -> None:
@@ -271,7 +388,8 @@ class KubernetesDriver(ClusterDriver):
             objects = workload_objects(workload, self.kube)
         except ValueError as exc:
             raise DriverError(str(exc)) from None
-        self._ensure_namespace(namespace, workload.labels.get("ogai.tenant", ""))
+        self._ensure_namespace(namespace, workload.labels.get("ogai.tenant", ""),
+                               rdma=wants_rdma_namespace(workload))
         created: list[str] = []
         for obj in objects:
             kind = obj["kind"]
@@ -322,81 +440,40 @@ class KubernetesDriver(ClusterDriver):
             "Secret": core.delete_namespaced_secret,
         }[kind]
 
-    def _owned(self) -> tuple[dict[str, list[Any]], dict[str, Any], dict[str, bool]]:
-        """The managed pods by workload, the managed Jobs and Deployments by workload, and
-        which nodes are ready: one list each for the whole cluster."""
-        core = client.CoreV1Api(self.api)
-        pods = self._checked("list pods", core.list_pod_for_all_namespaces,
-                             label_selector=MANAGED)
-        jobs = self._checked("list jobs", client.BatchV1Api(self.api).list_job_for_all_namespaces,
-                             label_selector=MANAGED)
-        deployments = self._checked(
-            "list deployments", client.AppsV1Api(self.api).list_deployment_for_all_namespaces,
-            label_selector=MANAGED)
-        nodes = self._checked("list nodes", core.list_node)
-        by_workload: dict[str, list[Any]] = {}
-        for pod in pods.items:
-            name = (pod.metadata.labels or {}).get(WORKLOAD_LABEL)
-            if name:
-                by_workload.setdefault(name, []).append(pod)
-        owners = {
-            (item.metadata.labels or {}).get(WORKLOAD_LABEL, item.metadata.name): item
-            for item in [*jobs.items, *deployments.items]
-        }
-        ready = {node.metadata.name: _ready(node)[0] for node in nodes.items}
-        return by_workload, owners, ready
-
     def status(self, handles: list[str]) -> dict[str, WorkloadStatus]:
         if not handles:
             return {}
-        by_workload, owners, ready = self._owned()
         result = {}
-        for handle in handles:
-            owner = owners.get(handle)
-            pods = by_workload.get(handle, [])
-            if owner is None and not pods:
-                result[handle] = missing(handle)
-                continue
-            result[handle] = self._workload_status(handle, owner, pods, ready)
+        with self._workloads(with_nodes=True) as found:
+            known = found.memo.get("status", {})
+            kept: dict[str, tuple] = {}
+            for handle in handles:
+                owner = found.owner(handle)
+                pods = found.pods(handle)
+                if owner is None and not pods:
+                    result[handle] = found.ended(handle) or missing(handle)
+                    continue
+                # With watches, recomputed only when one of its objects changed, or the
+                # readiness of its nodes.
+                version = (owner["metadata"].get("resourceVersion") if owner else None,
+                           *((p["metadata"].get("resourceVersion"),
+                              found.ready(p["spec"].get("nodeName") or "")) for p in pods))
+                before = known.get(handle)
+                if before is not None and before[0] == version:
+                    status = before[1]
+                else:
+                    status = _workload_status(handle, owner, pods, found.ready)
+                kept[handle] = (version, status)
+                result[handle] = status
+            if found.memo is not NO_MEMO:
+                found.memo["status"] = kept
         return result
 
-    def _workload_status(self, handle: str, owner: Any, pods: list[Any],
-                         ready: dict[str, bool]) -> WorkloadStatus:
-        expected = _expected_replicas(owner, len(pods))
-        newest: dict[int, Any] = {}
-        if isinstance(owner, client.V1Deployment):
-            # A Deployment replaces its pods: the replicas are its newest live pods, not the
-            # ones being deleted or evicted (which would otherwise speak for a healthy service).
-            live = [pod for pod in pods if pod.metadata.deletion_timestamp is None
-                    and pod.status.phase not in ("Failed", "Succeeded")]
-            newest = dict(enumerate(sorted(live, key=_created, reverse=True)[:expected]))
-        else:
-            for position, pod in enumerate(sorted(pods, key=_created)):
-                newest[_pod_index(pod, position)] = pod
-        replicas = []
-        node_lost = ""
-        for index in range(expected):
-            pod = newest.get(index)
-            if pod is None:
-                replicas.append(ReplicaStatus(index=index, phase=Phase.PENDING,
-                                              reason="no pod yet"))
-                continue
-            replica = _replica(index, pod)
-            node = pod.spec.node_name or ""
-            if node and not ready.get(node, False) and replica.phase in (
-                    Phase.RUNNING, Phase.PENDING):
-                node_lost = node_lost or node
-                replica = ReplicaStatus(index=index, phase=Phase.FAILED, node=node,
-                                        reason=f"node {node} is NotReady or gone")
-            replicas.append(replica)
-        return summarize(handle, replicas, node_lost=node_lost)
-
     def cancel(self, handle: str) -> None:
-        by_workload, owners, _ = self._owned()
-        owner = owners.get(handle)
-        pods = by_workload.get(handle, [])
-        namespace = (owner.metadata.namespace if owner is not None
-                     else pods[0].metadata.namespace if pods else None)
+        with self._workloads() as found:
+            owner, pods = found.owner(handle), found.pods(handle)
+            namespace = (owner["metadata"]["namespace"] if owner is not None
+                         else pods[0]["metadata"]["namespace"] if pods else None)
         if namespace is None:
             return
         # The pods first (their owners, in the foreground), then what they used: their Secret
@@ -409,24 +486,23 @@ class KubernetesDriver(ClusterDriver):
                          body=FOREGROUND)
 
     def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str:
-        by_workload, owners, _ = self._owned()
-        owner = owners.get(handle)
-        replicas = getattr(owner.spec, "completions", None) if owner is not None else None
+        with self._workloads() as found:
+            owner, all_pods = found.owner(handle), found.pods(handle)
+        replicas = (owner.get("spec") or {}).get("completions") if owner is not None else None
         if replicas is not None and not 0 <= replica < replicas:
             raise DriverError(f"workload {handle} has no replica {replica}")
-        pods = [pod for position, pod in enumerate(sorted(by_workload.get(handle, []),
-                                                          key=_created))
+        pods = [pod for position, pod in enumerate(sorted(all_pods, key=_created))
                 if _pod_index(pod, position) == replica]
         if not pods:  # cleaned up: the logs kept before
             kept = self._kept_log(handle, replica)
             if kept is not None and kept.exists():
                 return tail_lines(kept.read_text(errors="replace"), tail)
-            if owner is None and handle not in by_workload:
+            if owner is None and not all_pods:
                 raise DriverError(f"no workload {handle!r} on cluster {self.cluster}")
             return ""  # not started yet
         return self._pod_log(handle, pods[-1], tail)
 
-    def _pod_log(self, handle: str, pod: Any, tail: int | None) -> str:
+    def _pod_log(self, handle: str, pod: Obj, tail: int | None) -> str:
         # Raw bytes: the client (36.x) would hand back the repr of the bytes as the text.
         kwargs: dict[str, Any] = {"container": "main", "_preload_content": False}
         if tail is not None:
@@ -434,7 +510,7 @@ class KubernetesDriver(ClusterDriver):
         try:
             response = self._call(
                 "read logs", client.CoreV1Api(self.api).read_namespaced_pod_log,
-                pod.metadata.name, pod.metadata.namespace, **kwargs)
+                pod["metadata"]["name"], pod["metadata"]["namespace"], **kwargs)
             text = response.data.decode("utf-8", errors="replace")
         except ApiException as exc:
             if exc.status in (400, 404):  # not started yet, or gone
@@ -456,13 +532,13 @@ class KubernetesDriver(ClusterDriver):
         if ttl <= 0 or not self.kube.logs_dir:
             return 0
         now = time.time() if now is None else now
-        by_workload, owners, _ = self._owned()
+        with self._workloads() as found:
+            owners = found.owners()
+            due = {handle: found.pods(handle) for handle, owner in owners.items()
+                   if (ended := _ended_at(owner)) is not None and ended + ttl <= now}
         deleted = 0
-        for handle, owner in owners.items():
-            ended = _ended_at(owner)
-            if ended is None or ended + ttl > now:
-                continue
-            for position, pod in enumerate(sorted(by_workload.get(handle, []), key=_created)):
+        for handle, pods in due.items():
+            for position, pod in enumerate(sorted(pods, key=_created)):
                 kept = self._kept_log(handle, _pod_index(pod, position))
                 assert kept is not None
                 kept.parent.mkdir(parents=True, exist_ok=True)
@@ -472,39 +548,130 @@ class KubernetesDriver(ClusterDriver):
         return deleted
 
     def endpoint(self, handle: str) -> str | None:
-        _, owners, _ = self._owned()
-        owner = owners.get(handle)
-        if not isinstance(owner, client.V1Deployment):
+        with self._workloads() as found:
+            owner = found.owner(handle)
+        if owner is None or owner.get("kind") != "Deployment":
             return None
-        containers = owner.spec.template.spec.containers or []
-        ports = [p.container_port for c in containers for p in (c.ports or [])]
+        template = ((owner.get("spec") or {}).get("template") or {}).get("spec") or {}
+        ports = [p.get("containerPort") for c in template.get("containers") or []
+                 for p in c.get("ports") or []]
         port = ports[0] if ports else 80
-        return f"http://{handle}.{owner.metadata.namespace}.svc:{port}"
+        return f"http://{handle}.{owner['metadata']['namespace']}.svc:{port}"
 
 
-# -- reading the API's objects -------------------------------------------------------------------
+@dataclass
+class _Workloads:
+    """The managed objects of the cluster, by workload (a handle is the workload label)."""
+
+    pod_store: Store
+    jobs: Store
+    deployments: Store
+    nodes: Store | None = None
+    memo: dict = field(default_factory=dict)
+    readiness: dict[str, bool] = field(default_factory=dict)
+
+    def owner(self, handle: str) -> Obj | None:
+        # (A Deployment first, as a list of Jobs then Deployments keyed by workload would.)
+        for store in (self.deployments, self.jobs):
+            found = store.labelled(handle)
+            if found:
+                return found[0]
+        return None
+
+    def owners(self) -> dict[str, Obj]:
+        return {**{label: objs[next(iter(objs))] for label, objs in self.jobs.index.items()},
+                **{label: objs[next(iter(objs))] for label, objs in
+                   self.deployments.index.items()}}
+
+    def pods(self, handle: str) -> list[Obj]:
+        return self.pod_store.labelled(handle)
+
+    def ended(self, handle: str) -> WorkloadStatus | None:
+        """A gone workload's end, if its objects' last states (tombstones) tell one: it ended
+        and was deleted between two reconciles."""
+        owner, pods = self.ended_owner(handle), self.ended_pods(handle)
+        if owner is None and not pods:
+            return None
+        status = _workload_status(handle, owner, pods, self.ready)
+        return status if status.phase in (Phase.SUCCEEDED, Phase.FAILED) else None
+
+    def ended_owner(self, handle: str) -> Obj | None:
+        for store in (self.deployments, self.jobs):
+            found = store.ended(handle)
+            if found:
+                return found[-1]
+        return None
+
+    def ended_pods(self, handle: str) -> list[Obj]:
+        return self.pod_store.ended(handle)
+
+    def ready(self, node: str) -> bool:
+        known = self.readiness.get(node)
+        if known is None:
+            found = self.nodes.objects.get(("", node)) if self.nodes is not None else None
+            known = self.readiness[node] = found is not None and _ready(found)[0]
+        return known
 
 
-def _ready(node: Any) -> tuple[bool, str]:
-    for condition in node.status.conditions or []:
-        if condition.type == "Ready":
-            return condition.status == "True", condition.message or condition.reason or ""
+# -- reading the API's objects (dicts, in the API's JSON shape) ----------------------------------
+
+
+def _workload_status(handle: str, owner: Obj | None, pods: list[Obj],
+                     ready: Callable[[str], bool]) -> WorkloadStatus:
+    expected = _expected_replicas(owner, len(pods))
+    newest: dict[int, Obj] = {}
+    if owner is not None and owner.get("kind") == "Deployment":
+        # A Deployment replaces its pods: the replicas are its newest live pods, not the
+        # ones being deleted or evicted (which would otherwise speak for a healthy service).
+        live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")
+                and (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
+        newest = dict(enumerate(sorted(live, key=_created, reverse=True)[:expected]))
+    else:
+        for position, pod in enumerate(sorted(pods, key=_created)):
+            newest[_pod_index(pod, position)] = pod
+    replicas = []
+    node_lost = ""
+    for index in range(expected):
+        found = newest.get(index)
+        if found is None:
+            replicas.append(ReplicaStatus(index=index, phase=Phase.PENDING,
+                                          reason="no pod yet"))
+            continue
+        replica = _replica(index, found)
+        node = (found.get("spec") or {}).get("nodeName") or ""
+        if node and not ready(node) and replica.phase in (Phase.RUNNING, Phase.PENDING):
+            node_lost = node_lost or node
+            replica = ReplicaStatus(index=index, phase=Phase.FAILED, node=node,
+                                    reason=f"node {node} is NotReady or gone")
+        replicas.append(replica)
+    return summarize(handle, replicas, node_lost=node_lost)
+
+
+def _ready(node: Obj) -> tuple[bool, str]:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return (condition.get("status") == "True",
+                    condition.get("message") or condition.get("reason") or "")
     return False, "no Ready condition"
 
 
-def _node_info(node: Any, allocated: int) -> NodeInfo:
-    labels = dict(node.metadata.labels or {})
-    allocatable = node.status.allocatable or {}
+def _node_info(node: Obj, allocated: int, *, rdma: str = "",
+               rdma_allocated: int = 0) -> NodeInfo:
+    """What a node offers and holds; `rdma` is the cluster's RDMA resource name, if any."""
+    labels = dict(node["metadata"].get("labels") or {})
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    allocatable = status.get("allocatable") or {}
     ready, message = _ready(node)
-    cordoned = bool(node.spec.unschedulable)
+    cordoned = bool(spec.get("unschedulable"))
     taints = tuple(
-        f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in node.spec.taints or [])
+        f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
+        for t in spec.get("taints") or [])
     memory = labels.get("nvidia.com/gpu.memory", "")
     reason = "" if ready else f"NotReady: {message}"
     if cordoned:
         reason = (reason + "; " if reason else "") + "cordoned"
     return NodeInfo(
-        name=node.metadata.name,
+        name=node["metadata"]["name"],
         gpus=int(parse_quantity(allocatable.get(GPU, "0"))),
         gpu_model=labels.get("nvidia.com/gpu.product", ""),
         gpu_memory_mib=int(memory) if memory.isdigit() else 0,
@@ -517,68 +684,81 @@ def _node_info(node: Any, allocated: int) -> NodeInfo:
         taints=taints,
         gpus_allocated=allocated,
         address=_internal_address(node),
+        rdma=node_rdma(allocatable, rdma),
+        rdma_allocated=rdma_allocated if rdma else None,
     )
 
 
-def _internal_address(node: Any) -> str:
-    addresses = {a.type: a.address for a in (node.status.addresses or []) if a.address}
+def _internal_address(node: Obj) -> str:
+    addresses = {a.get("type"): a.get("address")
+                 for a in (node.get("status") or {}).get("addresses") or [] if a.get("address")}
     return addresses.get("InternalIP") or addresses.get("Hostname") or ""
 
 
-def _ended_at(owner: Any) -> float | None:
-    """When a Job completed or failed (a Deployment never ends)."""
-    if not isinstance(owner, client.V1Job):
+def _moment(text: str | None) -> float | None:
+    """An RFC 3339 time of the API ("2026-12-06T04:15:43Z") as a Unix timestamp."""
+    if not text:
         return None
-    for condition in owner.status.conditions or []:
-        if condition.type in ("Complete", "Failed") and condition.status == "True":
-            moment = condition.last_transition_time or owner.status.completion_time
-            return moment.timestamp() if moment is not None else None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _ended_at(owner: Obj) -> float | None:
+    """When a Job completed or failed (a Deployment never ends)."""
+    if owner.get("kind") != "Job":
+        return None
+    status = owner.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return _moment(condition.get("lastTransitionTime") or status.get("completionTime"))
     return None
 
 
-def _pod_gpus(pod: Any) -> int:
+def _pod_gpus(pod: Obj) -> int:
     total = 0
-    for container in pod.spec.containers or []:
-        limits = (container.resources.limits if container.resources else None) or {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
         total += int(parse_quantity(limits.get(GPU, "0")))
     return total
 
 
-def _created(pod: Any) -> Any:
-    return (pod.metadata.creation_timestamp or "", pod.metadata.name)
+def _created(pod: Obj) -> tuple[str, str]:
+    return (pod["metadata"].get("creationTimestamp") or "", pod["metadata"]["name"])
 
 
-def _pod_index(pod: Any, position: int) -> int:
+def _pod_index(pod: Obj, position: int) -> int:
     """Indexed Jobs label each pod with its completion index; a Deployment's pods are
     numbered in creation order."""
-    index = (pod.metadata.labels or {}).get(INDEX_LABEL) or (
-        pod.metadata.annotations or {}).get(INDEX_LABEL)
+    meta = pod["metadata"]
+    index = (meta.get("labels") or {}).get(INDEX_LABEL) or (
+        meta.get("annotations") or {}).get(INDEX_LABEL)
     return int(index) if index is not None and str(index).isdigit() else position
 
 
-def _expected_replicas(owner: Any, found: int) -> int:
+def _expected_replicas(owner: Obj | None, found: int) -> int:
     if owner is None:
         return found
-    # (Listed objects carry no kind: their model class says what they are.)
-    if isinstance(owner, client.V1Job):
-        return int(owner.spec.completions or found or 1)
-    return int(owner.spec.replicas or found or 1)
+    spec = owner.get("spec") or {}
+    if owner.get("kind") == "Job":
+        return int(spec.get("completions") or found or 1)
+    return int(spec.get("replicas") or found or 1)
 
 
-def _replica(index: int, pod: Any) -> ReplicaStatus:
+def _replica(index: int, pod: Obj) -> ReplicaStatus:
     """A pod's phase and container states, in the cluster's own words."""
-    node = pod.spec.node_name or ""
-    phase = pod.status.phase
-    statuses = pod.status.container_statuses or []
-    terminated = next((s.state.terminated for s in statuses
-                       if s.state and s.state.terminated), None)
-    waiting = next((s.state.waiting for s in statuses if s.state and s.state.waiting), None)
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    states = [s.get("state") or {} for s in status.get("containerStatuses") or []]
+    terminated = next((s["terminated"] for s in states if s.get("terminated")), None)
+    waiting = next((s["waiting"] for s in states if s.get("waiting")), None)
     if phase == "Succeeded":
         return ReplicaStatus(index=index, phase=Phase.SUCCEEDED, node=node, exit_code=0)
-    if phase == "Failed" or (terminated is not None and terminated.exit_code):
-        code = terminated.exit_code if terminated is not None else None
-        words = (terminated.reason if terminated is not None else "") or pod.status.reason or ""
-        message = (terminated.message if terminated is not None else "") or pod.status.message
+    if phase == "Failed" or (terminated is not None and terminated.get("exitCode")):
+        code = terminated.get("exitCode") if terminated is not None else None
+        words = (terminated.get("reason") if terminated is not None else "") or \
+            status.get("reason") or ""
+        message = (terminated.get("message") if terminated is not None else "") or \
+            status.get("message")
         reason = words or "Failed"
         if code is not None:
             reason += f" (exit code {code})"
@@ -586,15 +766,17 @@ def _replica(index: int, pod: Any) -> ReplicaStatus:
             reason += f": {message.strip()}"
         return ReplicaStatus(index=index, phase=Phase.FAILED, node=node, exit_code=code,
                              reason=reason)
-    if waiting is not None and waiting.reason in STUCK:
-        reason = waiting.reason + (f": {waiting.message}" if waiting.message else "")
+    if waiting is not None and waiting.get("reason") in STUCK:
+        reason = waiting["reason"] + (f": {waiting['message']}" if waiting.get("message") else "")
         return ReplicaStatus(index=index, phase=Phase.FAILED, node=node, reason=reason)
     if phase == "Running":
         return ReplicaStatus(index=index, phase=Phase.RUNNING, node=node)
     reason = "pending"
-    for condition in pod.status.conditions or []:
-        if condition.type == "PodScheduled" and condition.status == "False":
-            reason = f"{condition.reason or 'Unschedulable'}: {condition.message or ''}".strip()
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            reason = (f"{condition.get('reason') or 'Unschedulable'}: "
+                      f"{condition.get('message') or ''}").strip()
     if waiting is not None:
-        reason = waiting.reason + (f": {waiting.message}" if waiting.message else "")
+        reason = (waiting.get("reason") or "") + (
+            f": {waiting['message']}" if waiting.get("message") else "")
     return ReplicaStatus(index=index, phase=Phase.PENDING, node=node, reason=reason)

@@ -23,6 +23,7 @@ from podsys.drivers.base import (
     DriverError,
 )
 from podsys.drivers.kube_manifests import KubeOptions
+from podsys.drivers.kube_watch import WatchOptions
 from podsys.health import NODE_LABEL_PREFIX
 from podsys.models import Cluster, Node
 from podsys.runtime import driver_for
@@ -43,6 +44,7 @@ def _check_credentials(driver: str, options: dict, kubeconfig: str) -> str:
         return ""
     try:
         KubeOptions.from_options(options)
+        WatchOptions.from_options(options)
     except ValueError as exc:
         raise ValidationError({"options": str(exc)}) from None
     if options.get("in_cluster"):
@@ -154,6 +156,8 @@ def cluster_sync_nodes(*, cluster: Cluster) -> list[Node]:
             node.taints = list(info.taints)
             node.gpus_in_use = info.gpus_allocated
             node.gpus_foreign = info.gpus_foreign
+            node.rdma_devices = max(0, info.rdma)
+            node.rdma_in_use = info.rdma_allocated
             if info.address:  # else an address set by hand stays
                 node.address = info.address
             node.health = NodeHealth.HEALTHY if info.ready else NodeHealth.NOT_READY
@@ -218,13 +222,16 @@ def _mirror_cordons(cluster: Cluster, driver, reported: list) -> list:
 
 def cluster_refresh_capacity(*, cluster: Cluster) -> dict:
     """Sum the cluster's nodes up, in all and per GPU model: how many, their GPUs, and the
-    largest node's GPUs, CPU cores and memory. Lost nodes count: they may come back."""
+    largest node's GPUs, CPU cores, memory and RDMA devices, and all its RDMA devices. Lost
+    nodes count: they may come back."""
     groups = {
         row["gpu_model"]: {"nodes": row["n"], "gpus": row["total"], "largest_gpus": row["largest"],
-                           "cpu_cores": row["cpu"], "memory_mib": row["memory"]}
+                           "cpu_cores": row["cpu"], "memory_mib": row["memory"],
+                           "rdma": row["rdma"] or 0, "largest_rdma": row["largest_rdma"] or 0}
         for row in Node.objects.filter(cluster=cluster).order_by().values("gpu_model")
         .annotate(n=Count("pk"), total=Sum("gpus"), largest=Max("gpus"), cpu=Max("cpu_cores"),
-                  memory=Max("memory_mib"))
+                  memory=Max("memory_mib"), rdma=Sum("rdma_devices"),
+                  largest_rdma=Max("rdma_devices"))
     }
     every = list(groups.values())
     capacity = {
@@ -234,6 +241,8 @@ def cluster_refresh_capacity(*, cluster: Cluster) -> dict:
             "largest_gpus": max((g["largest_gpus"] for g in every), default=0),
             "cpu_cores": max((g["cpu_cores"] for g in every), default=0),
             "memory_mib": max((g["memory_mib"] for g in every), default=0),
+            "rdma": sum(g["rdma"] for g in every),
+            "largest_rdma": max((g["largest_rdma"] for g in every), default=0),
         },
         "gpu_models": {model: group for model, group in groups.items() if model},
     }

@@ -5,6 +5,7 @@ Use the ``fake_kube`` fixture (``from tests.fakekube import fake_kube`` in a tes
 
 import pytest
 
+from podsys.drivers import kube_watch
 from tests.fakekube.server import ApiError, FakeKube, label_selector_matches, quantity
 
 __all__ = ["ApiError", "FakeKube", "fake_kube", "label_selector_matches", "quantity"]
@@ -13,9 +14,10 @@ __all__ = ["ApiError", "FakeKube", "fake_kube", "label_selector_matches", "quant
 @pytest.fixture
 def fake_kube():
     """A started fake API server (namespaces ``default`` and ``kube-system``, no nodes);
-    stopped after the test."""
+    stopped after the test, once the drivers' watches of it are."""
     fake = FakeKube().start()
     try:
         yield fake
     finally:
+        kube_watch.stop_all()
         fake.stop()

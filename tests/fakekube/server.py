@@ -6,8 +6,11 @@ What it simulates:
 * the REST surface OGAI's Kubernetes driver uses (discovery, namespaces, nodes, pods and their
   logs, services, secrets, events, batch/v1 Jobs, apps/v1 Deployments, networking.k8s.io/v1
   NetworkPolicies, and, when switched on, Volcano PodGroups and Kueue objects as plain custom
-  resources), with list selectors, resource versions, uids, timestamps, Status-shaped errors and
-  bearer-token authentication;
+  resources), the kinds of the platform's own manifests (ConfigMaps, ServiceAccounts, claims,
+  RBAC, Ingresses, autoscalers, disruption budgets; stored and checked, not acted on, and the
+  Prometheus Operator's and CloudNativePG's custom resources when switched on), with list
+  selectors, resource versions, uids, timestamps, Status-shaped errors and bearer-token
+  authentication;
 * schema validation of every body written (``podsys.drivers.kube_schema.check_object``) plus the
   API server's name and label syntax rules, a Secret's data keys and base64, a NetworkPolicy's
   peers, ports and CIDRs (``network.py``): a bad body answers 422 Invalid; Secrets keep
@@ -27,7 +30,19 @@ What it simulates:
   the environment a started container gets. ``kubelet.py`` is a kubelet that runs the
   containers' commands as processes of this machine, for tests that need real output.
 
-What it does not: watches, server-side apply, strategic merge patch semantics for lists (a
+* watches on every collection (``?watch=true``): newline-delimited JSON events in a chunked
+  HTTP/1.1 body, from a ``resourceVersion`` (none or "0": the current objects first, as
+  ADDED), with label and field selectors applied to events as to lists (an object leaving a
+  watch's selector is DELETED to it), ``BOOKMARK`` events soon after the version advances when
+  ``allowWatchBookmarks`` asks (a real server sends one about a minute), ``timeoutSeconds``;
+  a bounded history per kind (``watch_history`` events), so a too-old version is answered 410
+  Gone, by default as an ERROR event inside the stream as real servers do
+  (``watch_gone_as_http``: an HTTP 410); test hooks ``compact_watch_history`` and
+  ``drop_watches``; ``traffic`` counts every request and every byte sent, watches' apart;
+  ``load`` puts many objects straight into the store (for benchmarks), ``put_object`` and
+  ``delete_object`` change one without the controllers.
+
+What it does not: server-side apply, strategic merge patch semantics for lists (a
 strategic merge patch is applied as a JSON merge patch, so lists are replaced whole), ReplicaSets
 (Deployment pods are owned by the Deployment itself), endpoints, graceful termination (deleted
 objects vanish at once), Volcano gang scheduling and Kueue admission, preemption, RBAC.
@@ -39,12 +54,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
+import contextlib
 import copy
 import itertools
 import json
 import random
 import re
 import secrets
+import select
+import socket
 import string
 import threading
 import time
@@ -109,12 +128,37 @@ RESOURCES = [
     Resource("", "v1", "podtemplates", "PodTemplate", namespaced=True),
     Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest",
              namespaced=True, feature="provisioning", custom=True),
+    # What the platform's own manifests (platform/kubernetes/) hold besides.
+    Resource("", "v1", "configmaps", "ConfigMap", namespaced=True),
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True),
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
+             namespaced=False),
+    Resource("networking.k8s.io", "v1", "ingresses", "Ingress", namespaced=True),
+    Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
+             namespaced=True),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
+    Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor",
+             namespaced=True, feature="monitoring", custom=True),
+    Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule",
+             namespaced=True, feature="monitoring", custom=True),
+    Resource("postgresql.cnpg.io", "v1", "clusters", "Cluster", namespaced=True,
+             feature="cnpg", custom=True),
 ]
+# Kinds with no spec (defaulting must not add one).
+NO_SPEC = ("Event", "Secret", "ConfigMap", "ServiceAccount", "Role", "ClusterRole",
+           "RoleBinding", "ClusterRoleBinding")
 BY_KIND = {r.kind: r for r in RESOURCES}
 GROUPS = {"batch": "v1", "apps": "v1", "networking.k8s.io": "v1",
+          "rbac.authorization.k8s.io": "v1", "autoscaling": "v2", "policy": "v1",
+          "monitoring.coreos.com": "v1", "postgresql.cnpg.io": "v1",
           "scheduling.volcano.sh": "v1beta1", "kueue.x-k8s.io": "v1beta1",
           "autoscaling.x-k8s.io": "v1"}
 GROUP_FEATURE = {"scheduling.volcano.sh": "volcano", "kueue.x-k8s.io": "kueue",
+                 "monitoring.coreos.com": "monitoring", "postgresql.cnpg.io": "cnpg",
                  "autoscaling.x-k8s.io": "provisioning"}
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -139,6 +183,17 @@ class ApiError(Exception):
         if self.details:
             body["details"] = self.details
         return body
+
+
+@dataclass
+class WatchRequest:
+    """A watch the handler streams: newline-delimited JSON events in a chunked response."""
+
+    res: Resource
+    namespace: str | None
+    query: dict
+    since: int  # events after this resourceVersion; -1: the current objects first, as ADDED
+    gone: str = ""  # non-empty: the version is too old, answered by this ERROR message
 
 
 def not_found(res: Resource, name: str) -> ApiError:
@@ -333,6 +388,9 @@ class Store:
         self.resource_version = "0"
         self.changes = 0  # writes of anything but Events: lets the controllers settle
         self.created: dict[str, int] = {}  # uid -> creation order
+        # Told of every change ("ADDED", "MODIFIED" or "DELETED", the object): feeds watches.
+        self.listener: Any = None
+        self._sorted: dict[str, list[tuple[str, str]]] = {}  # kind -> keys, while unchanged
 
     def bump(self) -> str:
         self.resource_version = str(next(self._version))
@@ -349,18 +407,34 @@ class Store:
         meta["resourceVersion"] = self.bump()
         self.created.setdefault(meta["uid"], next(self._sequence))
         self.changes += obj["kind"] != "Event"
-        self.objects[obj["kind"]][(meta.get("namespace", ""), meta["name"])] = obj
+        key = (meta.get("namespace", ""), meta["name"])
+        existed = key in self.objects[obj["kind"]]
+        if not existed:
+            self._sorted.pop(obj["kind"], None)
+        self.objects[obj["kind"]][key] = obj
+        if self.listener is not None:
+            self.listener("MODIFIED" if existed else "ADDED", obj)
         return obj
 
     def remove(self, obj: dict) -> None:
         meta = obj["metadata"]
-        self.objects[obj["kind"]].pop((meta.get("namespace", ""), meta["name"]), None)
+        gone = self.objects[obj["kind"]].pop((meta.get("namespace", ""), meta["name"]), None)
+        self._sorted.pop(obj["kind"], None)
         self.bump()
         self.changes += 1
+        if gone is not None and self.listener is not None:
+            self.listener("DELETED", obj)
 
     def list(self, kind: str, namespace: str | None = None) -> list[dict]:
+        return list(self.iter(kind, namespace))
+
+    def iter(self, kind: str, namespace: str | None = None) -> Any:
+        """``list``, one at a time (a small page of a large list stays cheap)."""
         items = self.objects[kind]
-        return [items[key] for key in sorted(items) if namespace is None or key[0] == namespace]
+        keys = self._sorted.get(kind)
+        if keys is None:
+            keys = self._sorted[kind] = sorted(items)
+        return (items[key] for key in keys if namespace is None or key[0] == namespace)
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,10 +457,13 @@ class FakeKube:
     ``kubeconfig()``, add nodes with ``add_node`` and drive pods with the test controls."""
 
     def __init__(self, volcano: bool = False, kueue: bool = False,
-                 provisioning: bool = False) -> None:
+                 provisioning: bool = False, monitoring: bool = False,
+                 cnpg: bool = False) -> None:
         # provisioning: cluster-autoscaler's ProvisioningRequest CRD is installed (the test
-        # plays the autoscaler with `provision`).
+        # plays the autoscaler with `provision`). monitoring: the Prometheus Operator's CRDs;
+        # cnpg: CloudNativePG's (their objects are stored, nothing acts on them).
         self.volcano, self.kueue, self.provisioning = volcano, kueue, provisioning
+        self.monitoring, self.cnpg = monitoring, cnpg
         self.auto_run = False  # bound pods go Running at once
         self.token = secrets.token_hex(16)
         self.store = Store()
@@ -404,6 +481,21 @@ class FakeKube:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+        # Watches: every change as an event, by kind, in resourceVersion order; a watch from a
+        # version older than what is kept answers 410 Gone.
+        self.watch_history = 10_000  # events kept per kind
+        self.watch_gone_as_http = False  # True: a too-old version is an HTTP 410, not an ERROR
+        self._history: dict[str, list[tuple[int, str, dict, dict | None, list]]] = {}
+        self._history_floor: dict[str, int] = {}  # kind -> the newest version no longer kept
+        self._snapshots: dict[tuple[str, str, str], dict] = {}  # each object as last told
+        self._watch_changed = threading.Condition(self.lock)
+        self._watch_epoch = 0  # bumped to drop every open watch
+        self.watches_open = 0
+        # What the server sent: every request answered and every byte (headers, bodies, watch
+        # events), and the part of it that was watches.
+        self.traffic = {"requests": 0, "bytes": 0, "watch_requests": 0, "watch_bytes": 0}
+        self._traffic_lock = threading.Lock()
+        self.store.listener = self._record
         for namespace in ("default", "kube-system"):  # as in a real cluster
             self.add_namespace(namespace)
 
@@ -428,6 +520,7 @@ class FakeKube:
         self._thread.start()
 
     def stop(self) -> None:
+        self.drop_watches()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -526,14 +619,200 @@ class FakeKube:
                                     or f"injected failure for {method} {path}")
         return None
 
+    # -- watches ---------------------------------------------------------------------------------
+
+    def _record(self, type_: str, obj: dict) -> None:
+        """Keep a change as an event (a copy of the object as it is now, and as it was before)
+        for the watches, and wake them."""
+        kind, meta = obj["kind"], obj["metadata"]
+        key = (kind, meta.get("namespace", ""), meta["name"])
+        version = int(self.store.resource_version)
+        before = self._snapshots.get(key)
+        now_ = copy.deepcopy(obj)
+        now_["metadata"]["resourceVersion"] = str(version)
+        if type_ == "DELETED":
+            self._snapshots.pop(key, None)
+        else:
+            self._snapshots[key] = now_
+        history = self._history.setdefault(kind, [])
+        history.append((version, type_, now_, before, []))
+        if len(history) > self.watch_history * 5 // 4:  # trimmed now and then, not every time
+            cut = len(history) - self.watch_history
+            self._history_floor[kind] = history[cut - 1][0]
+            del history[:cut]
+        with self._watch_changed:
+            self._watch_changed.notify_all()
+
+    def compact_watch_history(self) -> None:
+        """Forget every event so far (as etcd compaction does): a watch from an older version
+        than the current one is answered 410 Gone."""
+        with self.lock:
+            for kind in self.store.objects:
+                self._history[kind] = []
+                self._history_floor[kind] = int(self.store.resource_version)
+
+    def drop_watches(self) -> None:
+        """Cut every open watch connection (without the end of the chunked body, as a network
+        failure would)."""
+        with self._watch_changed:
+            self._watch_epoch += 1
+            self._watch_changed.notify_all()
+
+    def reset_traffic(self) -> dict:
+        """The counters so far, and start them again from zero."""
+        with self._traffic_lock:
+            counted = dict(self.traffic)
+            self.traffic = dict.fromkeys(self.traffic, 0)
+            return counted
+
+    def _count(self, sent: int, watch: bool) -> None:
+        with self._traffic_lock:
+            self.traffic["bytes"] += sent
+            if watch:
+                self.traffic["watch_bytes"] += sent
+
+    def _watch_request(self, res: Resource, ns: str | None, query: dict) -> WatchRequest:
+        with self._traffic_lock:
+            self.traffic["watch_requests"] += 1
+        version = query.get("resourceVersion") or ""
+        if version in ("", "0"):
+            return WatchRequest(res, ns, query, since=-1)
+        if not version.isdigit():
+            raise ApiError(400, f"invalid resource version {version!r}")
+        floor = self._history_floor.get(res.kind, 0)
+        if int(version) < floor:
+            message = f"too old resource version: {version} ({floor + 1})"
+            if self.watch_gone_as_http:
+                raise ApiError(410, message)
+            return WatchRequest(res, ns, query, since=int(version), gone=message)
+        return WatchRequest(res, ns, query, since=int(version))
+
+    def serve_watch(self, watch: WatchRequest, write: Any, gone: Any = None) -> bool:
+        """Stream a watch's events through ``write(bytes)`` (one call a batch of lines) until
+        its ``timeoutSeconds`` pass (True: end the body cleanly), the watch is dropped or the
+        server stops (False: cut the connection), or its version falls out of the history (an
+        ERROR event with a 410 Status, as a real server sends inside the stream). ``gone()``
+        says whether the client closed its end (checked about once a second)."""
+        res, query = watch.res, watch.query
+        labels, fields = query.get("labelSelector"), query.get("fieldSelector")
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+
+        def matches(obj: dict | None) -> bool:
+            return obj is not None and (
+                watch.namespace is None or obj["metadata"].get("namespace") == watch.namespace
+            ) and label_selector_matches(labels, obj["metadata"].get("labels")) and \
+                field_selector_matches(fields, obj)
+
+        def line(type_: str, body: bytes) -> bytes:
+            return b'{"type":"' + type_.encode() + b'","object":' + body + b"}\n"
+
+        def error(message: str) -> bytes:
+            return line("ERROR", json.dumps(ApiError(410, message).status()).encode())
+
+        if watch.gone:
+            write(error(watch.gone))
+            return True
+        with self._watch_changed:
+            epoch = self._watch_epoch
+            self.watches_open += 1
+            if watch.since < 0:  # the current objects first, then what changes
+                told = int(self.store.resource_version)
+                first = [line("ADDED", json.dumps(self._snapshots.get(
+                    (res.kind, o["metadata"].get("namespace", ""), o["metadata"]["name"]), o))
+                    .encode()) for o in self.store.list(res.kind) if matches(o)]
+            else:
+                told, first = watch.since, []
+        try:
+            if first:
+                write(b"".join(first))
+            while True:
+                with self._watch_changed:
+                    while True:
+                        if self._watch_epoch != epoch or (gone is not None and gone()):
+                            return False
+                        history = self._history.get(res.kind, [])
+                        if told < self._history_floor.get(res.kind, 0):
+                            write(error(f"too old resource version: {told} "
+                                        f"({self._history_floor[res.kind] + 1})"))
+                            return True
+                        start = bisect.bisect_right(history, told, key=lambda e: e[0])
+                        events = history[start:]
+                        current = int(self.store.resource_version)
+                        if events or (bookmarks and current > told):
+                            break
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return True
+                        self._watch_changed.wait(min(left, 1.0))
+                lines = []
+                for version, type_, now_, before, encoded in events:
+                    was, is_ = matches(before), type_ != "DELETED" and matches(now_)
+                    told_as = ("MODIFIED" if was and is_ else "ADDED" if is_ else
+                               "DELETED" if was else "")
+                    if told_as:
+                        if not encoded:
+                            encoded.append(json.dumps(now_).encode())
+                        lines.append(line(told_as, encoded[0]))
+                    told = version
+                if bookmarks and current > told:
+                    lines.append(line("BOOKMARK", json.dumps({
+                        "kind": res.kind, "apiVersion": res.api_version,
+                        "metadata": {"resourceVersion": str(current)}}).encode()))
+                told = max(told, current)
+                if lines:
+                    write(b"".join(lines))
+        finally:
+            with self._watch_changed:
+                self.watches_open -= 1
+
+    # -- bulk loading, for benchmarks ------------------------------------------------------------
+
+    def load(self, objects: Any) -> int:
+        """Store objects (dicts shaped as the API's, with kind) as they are: no validation,
+        no controllers, no events; only uid, creationTimestamp and resourceVersion stamped.
+        Watches from before the load answer 410. Loaded objects must then be changed by
+        ``put_object`` with a new dict, never in place. Returns how many."""
+        count = 0
+        with self.lock:
+            listener, self.store.listener = self.store.listener, None
+            try:
+                for obj in objects:
+                    self.store.put(obj)
+                    meta = obj["metadata"]
+                    self._snapshots[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
+                    count += 1
+            finally:
+                self.store.listener = listener
+            for kind in self.store.objects:
+                self._history_floor[kind] = int(self.store.resource_version)
+                self._history[kind] = []
+        return count
+
+    def put_object(self, obj: dict) -> dict:
+        """Create or replace an object as it is (no validation, no controllers); watches see
+        it."""
+        with self.lock:
+            return self.store.put(obj)
+
+    def delete_object(self, kind: str, name: str, namespace: str | None = None) -> None:
+        """Delete one object alone (no garbage collection, no controllers)."""
+        with self.lock:
+            obj = self.store.get(kind, namespace, name)
+            if obj is not None:
+                self.store.remove(obj)
+
     # -- HTTP dispatch ---------------------------------------------------------------------------
 
     def handle(self, method: str, target: str, headers: dict, body: bytes) -> tuple[int, Any]:
-        """Answer one request: (status code, a JSON-able body or a str for plain text)."""
+        """Answer one request: (status code, the JSON body encoded, a str for plain text, or a
+        ``WatchRequest`` for the handler to stream)."""
         split = urlsplit(target)
         path = split.path.rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
         auth = headers.get("authorization")
+        with self._traffic_lock:
+            self.traffic["requests"] += 1
         with self.lock:
             self.requests.append((method, path))
             self.request_details.append({"method": method, "path": path, "query": query,
@@ -547,9 +826,11 @@ class FakeKube:
                 raise failure
             with self.lock:  # answer a copy, taken while nothing else changes
                 code, payload = self._route(method, path, query, headers, body)
-                return code, copy.deepcopy(payload)
+                if isinstance(payload, (str, WatchRequest)):
+                    return code, payload
+                return code, json.dumps(payload).encode()
         except ApiError as exc:
-            return exc.code, exc.status()
+            return exc.code, json.dumps(exc.status()).encode()
 
     def _route(self, method: str, path: str, query: dict, headers: dict,
                body: bytes) -> tuple[int, Any]:
@@ -571,7 +852,9 @@ class FakeKube:
         if ns is not None and not res.namespaced:
             raise ApiError(404, f"the server could not find the requested resource ({path})")
         if query.get("watch") in ("true", "1"):
-            raise ApiError(400, "the fake API server does not support watches")
+            if method != "GET" or name is not None or sub is not None:
+                raise ApiError(405, "watch a collection with GET")
+            return 200, self._watch_request(res, ns, query)
         if sub not in (None, "status", "log") or (sub == "log" and res.kind != "Pod"):
             raise ApiError(404, f"the server could not find the requested resource ({path})")
         if name is None:
@@ -649,16 +932,20 @@ class FakeKube:
         return obj
 
     def _list(self, res: Resource, ns: str | None, query: dict) -> dict:
-        items = [obj for obj in self.store.list(res.kind, ns)
-                 if label_selector_matches(query.get("labelSelector"),
-                                           obj["metadata"].get("labels"))
-                 and field_selector_matches(query.get("fieldSelector"), obj)]
+        matching = (obj for obj in self.store.iter(res.kind, ns)
+                    if label_selector_matches(query.get("labelSelector"),
+                                              obj["metadata"].get("labels"))
+                    and field_selector_matches(query.get("fieldSelector"), obj))
         meta: dict[str, Any] = {"resourceVersion": self.store.resource_version}
         if limit := int(query.get("limit") or 0):
             start = int(query.get("continue") or 0)
+            # One past the page says whether there is more (a small page stays cheap).
+            items = list(itertools.islice(matching, start + limit + 1))
             if start + limit < len(items):
                 meta["continue"] = str(start + limit)
             items = items[start:start + limit]
+        else:
+            items = list(matching)
         if not res.custom:  # the real server drops kind/apiVersion from built-in list items
             items = [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
                      for obj in items]
@@ -802,7 +1089,7 @@ class FakeKube:
 
     def _default(self, res: Resource, obj: dict) -> None:
         """What admission and defaulting add on create."""
-        spec = obj.setdefault("spec", {}) if res.kind not in ("Event", "Secret") else None
+        spec = obj.setdefault("spec", {}) if res.kind not in NO_SPEC else None
         if res.kind == "Secret":
             # stringData is write-only: the server keeps it as base64 data.
             data = obj.setdefault("data", {})
@@ -1477,8 +1764,10 @@ class FakeKube:
     def add_node(self, name: str, gpus: int = 8, gpu_product: str = "NVIDIA-H100-80GB-HBM3",
                  gpu_memory_mib: int = 81559, cpu: str = "64", memory: str = "512Gi",
                  ready: bool = True, unschedulable: bool = False,
-                 taints: list[dict] | None = None, labels: dict | None = None) -> dict:
-        """A node with GPU feature discovery labels and ``nvidia.com/gpu`` capacity."""
+                 taints: list[dict] | None = None, labels: dict | None = None,
+                 extended: dict[str, str] | None = None) -> dict:
+        """A node with GPU feature discovery labels and ``nvidia.com/gpu`` capacity, and the
+        ``extended`` resources a device plugin would advertise (``{"rdma/hca": "4"}``)."""
         with self.lock:
             node_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                            "kubernetes.io/arch": "amd64"}
@@ -1489,6 +1778,7 @@ class FakeKube:
                                     "nvidia.com/gpu.count": str(gpus),
                                     "nvidia.com/gpu.present": "true"})
                 capacity["nvidia.com/gpu"] = str(gpus)
+            capacity.update(extended or {})
             node_labels.update(labels or {})
             index = len(self.store.objects["Node"]) + 1
             node = {"apiVersion": "v1", "kind": "Node",
@@ -1719,8 +2009,13 @@ class _Handler(BaseHTTPRequestHandler):
             code, payload = self.server_fake.handle(self.command, self.path, headers, body)
         except Exception as exc:  # a bug in the fake: answer 500 rather than hang the client
             code, payload = 500, ApiError(500, f"fakekube: {type(exc).__name__}: {exc}").status()
+        if isinstance(payload, WatchRequest):
+            self._stream(payload)
+            return
         if isinstance(payload, str):
             data, kind = payload.encode(), "text/plain; charset=utf-8"
+        elif isinstance(payload, bytes):
+            data, kind = payload, "application/json"
         else:
             data, kind = json.dumps(payload).encode(), "application/json"
         self.send_response(code)
@@ -1728,6 +2023,48 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        self.server_fake._count(len(data), watch=False)
+
+    def _stream(self, watch: WatchRequest) -> None:
+        """A watch: HTTP/1.1 chunked, one chunk a batch of events (urllib3, and so the
+        client's own watch reader, hands a chunked body over chunk by chunk; a close-delimited
+        HTTP/1.0 body it would read to its end first)."""
+        self.protocol_version = "HTTP/1.1"
+        self._watching = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+        def write(data: bytes) -> None:
+            frame = b"%x\r\n%s\r\n" % (len(data), data)
+            self.wfile.write(frame)
+            self.server_fake._count(len(frame), watch=True)
+
+        def gone() -> bool:
+            try:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
+
+        try:
+            if self.server_fake.serve_watch(watch, write, gone):
+                write(b"")  # the last chunk: the body ends cleanly
+            else:  # dropped: cut the connection under the client
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:  # the client went away
+            pass
+        self.close_connection = True
+
+    def flush_headers(self) -> None:
+        buffered = getattr(self, "_headers_buffer", None)
+        if buffered:
+            self.server_fake._count(sum(map(len, buffered)),
+                                    watch=getattr(self, "_watching", False))
+        super().flush_headers()
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
 
