@@ -23,6 +23,7 @@ class Held:
     gpus: int = 0
     cpu_cores: float = 0.0
     memory_mib: int = 0
+    rdma: int = 0
 
 
 def node_allocations(cluster_ids: Iterable[int]) -> dict[NodeKey, Held]:
@@ -30,15 +31,19 @@ def node_allocations(cluster_ids: Iterable[int]) -> dict[NodeKey, Held]:
     ids = list(cluster_ids)
     cpu: dict[NodeKey, float] = defaultdict(float)
     memory: dict[NodeKey, int] = defaultdict(int)
+    rdma: dict[NodeKey, int] = defaultdict(int)
     jobs = Job.objects.filter(cluster_id__in=ids, state__in=ACTIVE_STATES).values_list(
-        "cluster_id", "placement", "cpu_per_replica", "memory_mib_per_replica")
-    for cluster_id, placement, cores, mib in jobs:
+        "cluster_id", "placement", "cpu_per_replica", "memory_mib_per_replica",
+        "rdma_per_replica")
+    for cluster_id, placement, cores, mib, devices in jobs:
         for node in placement:
             cpu[(cluster_id, node)] += cores
             memory[(cluster_id, node)] += mib
+            if devices:
+                rdma[(cluster_id, node)] += devices
     gpus = gpu_allocations(ids)
     return {key: Held(gpus=gpus.get(key, 0), cpu_cores=cpu.get(key, 0.0),
-                      memory_mib=memory.get(key, 0))
+                      memory_mib=memory.get(key, 0), rdma=rdma.get(key, 0))
             for key in set(gpus) | set(cpu) | set(memory)}
 
 
@@ -68,3 +73,9 @@ def cpu_usage(node: Node, held: Held) -> Usage:
 
 def memory_usage(node: Node, held: Held) -> Usage:
     return Usage(held.memory_mib, node.memory_mib or 0)
+
+
+def rdma_usage(node: Node, held: Held) -> Usage:
+    """RDMA devices: the platform's jobs' allocations, or more where the cluster reports other
+    users' too."""
+    return Usage(max(held.rdma, node.rdma_in_use or 0), node.rdma_devices or 0)

@@ -91,11 +91,18 @@ class MemberRoleForm(forms.Form):
 
 
 class QuotaForm(QuotaFieldsMixin):
+    rdma_devices = forms.IntegerField(
+        label="RDMA devices", min_value=0, initial=0, required=False,
+        help_text="Held by its jobs at once (RDMA per replica times replicas); 0 or empty: no "
+        "RDMA limit.")
     gpu_model_limits = forms.CharField(
         label="Per-GPU-model limits", required=False,
         widget=forms.Textarea(attrs={"rows": 4, "class": "mono", "placeholder": "H100=8\nA100=4"}),
         help_text="One limit a line, as MODEL=COUNT. A model's limit cannot exceed the GPUs.",
     )
+
+    def clean_rdma_devices(self) -> int:
+        return self.cleaned_data["rdma_devices"] or 0
 
     @staticmethod
     def limits_as_text(limits: dict) -> str:
@@ -133,6 +140,7 @@ class ApiTokenCreateForm(forms.Form):
 # Jobs, queues and clusters (L1, L2) ---------------------------------------------------------
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # The job services' error keys that differ from the form's field names.
 JOB_SUBMIT_FIELD_MAP = {
     "archive": "workdir_archive",
@@ -141,6 +149,8 @@ JOB_SUBMIT_FIELD_MAP = {
     "resources.gpu_model": "gpu_model",
     "resources.cpu": "cpu_per_replica",
     "resources.memory_mib": "memory_mib_per_replica",
+    "network.rdma": "rdma_per_replica",
+    "network.attachments": "networks",
     "cluster": "queue",
 }
 
@@ -186,6 +196,15 @@ class JobSubmitForm(forms.Form):
                                                 max_value=16 * 1024 * 1024, initial=1024)
     replicas = forms.IntegerField(min_value=1, max_value=1024, initial=1,
                                   help_text="Processes of the job; all start together or none.")
+    networks = forms.CharField(
+        label="Extra networks", max_length=1000, required=False,
+        widget=forms.TextInput(attrs={"class": "mono", "placeholder": "ib-a, ib-b",
+                                      "autocomplete": "off", "spellcheck": "false"}),
+        help_text="Networks of the cluster each replica attaches, in order, separated by "
+        "commas; empty: the cluster's default network only.")
+    rdma_per_replica = forms.IntegerField(
+        label="RDMA devices", min_value=0, max_value=1024, initial=0, required=False,
+        help_text="Per replica, on its node like GPUs; 0 or empty: none.")
     priority = forms.IntegerField(min_value=-1000, max_value=1000, required=False,
                                   help_text="Higher runs first; empty: the queue's default.")
     max_restarts = forms.IntegerField(min_value=0, max_value=100, initial=0,
@@ -219,8 +238,24 @@ class JobSubmitForm(forms.Form):
             "gpu_model": job.gpu_model, "cpu_per_replica": job.cpu_per_replica,
             "memory_mib_per_replica": job.memory_mib_per_replica, "replicas": job.replicas,
             "priority": job.priority, "max_restarts": job.max_restarts,
-            "time_limit_s": job.time_limit_s,
+            "time_limit_s": job.time_limit_s, "networks": ", ".join(job.networks),
+            "rdma_per_replica": job.rdma_per_replica,
         }
+
+    def clean_rdma_per_replica(self) -> int:
+        return self.cleaned_data["rdma_per_replica"] or 0
+
+    def clean_networks(self) -> list[str]:
+        names = [name.strip() for name in self.cleaned_data["networks"].split(",")
+                 if name.strip()]
+        for name in names:
+            if len(name) > 63 or not DNS_LABEL.match(name):
+                raise ValidationError(f"{name!r} is not a network name (lower-case letters, "
+                                      "digits and '-', starting and ending with a letter or "
+                                      "digit).")
+        if len(set(names)) != len(names):
+            raise ValidationError("A network is named twice.")
+        return names
 
     def clean_command(self) -> list[str]:
         try:

@@ -364,6 +364,7 @@ def cmd_job_show(args: argparse.Namespace, ctx: Context) -> int:
         ("resources", f"{job.replicas} x ({resources.gpus} GPU"
                       f"{' ' + resources.gpu_model if resources.gpu_model else ''}, "
                       f"{resources.cpu:g} CPU, {_memory(resources.memory_mib)})"),
+        ("network", str(job.network)),
         ("priority", str(job.priority)),
         ("restarts", f"{job.restarts} of {job.max_restarts}"),
         ("time limit", f"{job.time_limit_s} s" if job.time_limit_s else "none"),

@@ -70,6 +70,28 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class Network:
+    """A job's network: the cluster's extra networks each replica attaches, in order, and the
+    RDMA devices each replica holds."""
+
+    attachments: tuple[str, ...] = ()
+    rdma: int = 0
+
+    @classmethod
+    def from_api(cls, data: dict | None) -> Network:
+        data = data or {}
+        return cls(attachments=tuple(data.get("attachments") or ()), rdma=data.get("rdma") or 0)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.attachments:
+            parts.append(f"attachments {', '.join(self.attachments)}")
+        if self.rdma:
+            parts.append(f"{self.rdma} RDMA device{'' if self.rdma == 1 else 's'} per replica")
+        return "; ".join(parts) or "the cluster's default network"
+
+
+@dataclass(frozen=True)
 class Attempt:
     number: int
     state: str
@@ -162,6 +184,7 @@ class Job:
     command: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     resources: Resources = field(default_factory=Resources)
+    network: Network = field(default_factory=Network)
     replicas: int = 1
     max_restarts: int = 0
     time_limit_s: int | None = None
@@ -200,6 +223,7 @@ class Job:
             priority=data.get("priority", 0), image=data.get("image") or "",
             command=list(data.get("command") or []), env=dict(data.get("env") or {}),
             resources=Resources.from_api(data.get("resources")),
+            network=Network.from_api(data.get("network")),
             replicas=data.get("replicas", 1), max_restarts=data.get("max_restarts", 0),
             time_limit_s=data.get("time_limit_s"), restarts=data.get("restarts", 0),
             exit_code=data.get("exit_code"), placement=list(data.get("placement") or []),
@@ -311,6 +335,7 @@ class Quota:
     memory_gib: int = 0
     storage_gib: int = 0
     gpu_model_limits: dict[str, int] = field(default_factory=dict)
+    rdma_devices: int = 0  # 0: no limit
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -318,7 +343,7 @@ class Quota:
         return cls(
             id=data.get("id", 0), tenant=data.get("tenant") or "", gpus=data.get("gpus", 0),
             cpu_cores=data.get("cpu_cores", 0), memory_gib=data.get("memory_gib", 0),
-            storage_gib=data.get("storage_gib", 0),
+            storage_gib=data.get("storage_gib", 0), rdma_devices=data.get("rdma_devices") or 0,
             gpu_model_limits=dict(data.get("gpu_model_limits") or {}), raw=data,
         )
 
@@ -1085,6 +1110,8 @@ class Node:
     cordon_source: str = ""
     address: str = ""
     last_seen_at: datetime | None = None
+    rdma_devices: int = 0  # RDMA devices it offers jobs
+    rdma_in_use: int | None = None  # held by anything, where the cluster reports it
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -1107,7 +1134,11 @@ class Node:
             health=data.get("health") or "", health_reason=data.get("health_reason") or "",
             schedulable=bool(data.get("schedulable", True)),
             cordon_source=data.get("cordon_source") or "", address=data.get("address") or "",
-            last_seen_at=parse_time(data.get("last_seen_at")), raw=data,
+            last_seen_at=parse_time(data.get("last_seen_at")),
+            rdma_devices=_int(data.get("rdma_devices")),
+            rdma_in_use=_int(data["rdma_in_use"]) if data.get("rdma_in_use") is not None
+            else None,
+            raw=data,
         )
 
 

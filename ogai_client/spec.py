@@ -18,9 +18,11 @@ import yaml
 # `workdir` is a folder in a spec file; the CLI and the SDK ship it and send its id instead.
 KNOWN_FIELDS = frozenset({
     "tenant", "queue", "name", "command", "env", "image", "resources", "replicas", "priority",
-    "max_restarts", "time_limit_s", "workdir", "environment",
+    "max_restarts", "time_limit_s", "workdir", "environment", "network",
 })
 KNOWN_RESOURCES = frozenset({"gpus", "gpu_model", "cpu", "memory_mib", "memory"})
+# `network: {attachments: [name, …], rdma: N}`: the cluster's extra networks and RDMA devices.
+KNOWN_NETWORK = frozenset({"attachments", "rdma"})
 
 MIB = 1024 * 1024
 _UNITS = {

@@ -60,7 +60,8 @@ def test_discovery_and_version(kube):
     assert client.VersionApi(api).get_code().git_version == "v1.31.0"
     assert client.CoreApi(api).get_api_versions().versions == ["v1"]
     groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
-    assert groups == {"batch", "apps", "networking.k8s.io"}
+    assert groups == {"batch", "apps", "networking.k8s.io", "rbac.authorization.k8s.io",
+                      "autoscaling", "policy"}
     fake.volcano = fake.kueue = True
     groups = {g.name: g.versions[0].version
               for g in client.ApisApi(api).get_api_versions().groups}

@@ -18,6 +18,9 @@ from podsys.models import Fleet
 from podsys.selectors import cluster_list
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+MAX_ATTACHMENTS = 16
+MAX_RDMA_PER_REPLICA = 1024
 
 
 class StrictStringField(serializers.CharField):
@@ -65,6 +68,39 @@ class ResourcesSerializer(RejectUnknownFields, serializers.Serializer):
                                           help_text="Memory per replica, MiB.")
 
 
+class StrictIntegerField(serializers.IntegerField):
+    """A whole number and nothing else: DRF's IntegerField would take "2", 2.0 and true."""
+
+    default_error_messages = {"not_an_integer": "Give a whole number, not {kind}."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("not_an_integer", kind=type(data).__name__)
+        return super().to_internal_value(data)
+
+
+class NetworkSerializer(RejectUnknownFields, serializers.Serializer):
+    attachments = serializers.ListField(
+        child=StrictStringField(max_length=63), max_length=MAX_ATTACHMENTS, default=list,
+        help_text="The cluster's extra networks each replica attaches (names the cluster "
+        "offers, DNS-1123 labels), in order: their interfaces are net1, net2, … unless the "
+        "cluster names them.")
+    rdma = StrictIntegerField(
+        min_value=0, max_value=MAX_RDMA_PER_REPLICA, default=0,
+        help_text="RDMA devices per replica (the cluster's RDMA resource), placed and counted "
+        "against quota like GPUs.")
+
+    def validate_attachments(self, names: list[str]) -> list[str]:
+        for name in names:
+            if not DNS_LABEL.match(name):
+                raise serializers.ValidationError(
+                    f"{name!r} is not a network name (a DNS-1123 label: lower-case letters, "
+                    "digits and '-', starting and ending with a letter or digit).")
+        if len(set(names)) != len(names):
+            raise serializers.ValidationError("A network is named twice.")
+        return names
+
+
 class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
     tenant = CallerTenantField(required=False, help_text="Needed when you are in several.")
     queue = serializers.CharField(max_length=63, default="default")
@@ -77,6 +113,9 @@ class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
                                 default=dict)
     image = serializers.CharField(max_length=500, allow_blank=True, default="")
     resources = ResourcesSerializer(default=dict)
+    network = NetworkSerializer(
+        default=dict, help_text="Extra networks and RDMA devices for its replicas; omitted: "
+        "the cluster's default network only.")
     replicas = serializers.IntegerField(min_value=1, max_value=1024, default=1)
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, required=False,
                                         allow_null=True, default=None)
@@ -102,6 +141,7 @@ class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
         # An omitted `resources` arrives as its bare default ({}), not through its fields.
         resources = {name: field.default for name, field in ResourcesSerializer().fields.items()}
         resources.update(attrs.pop("resources"))
+        network = {"attachments": [], "rdma": 0, **attrs.pop("network")}
         workdir = None
         if attrs.get("workdir") is not None:
             # Another tenant's folder is as unknown as a missing one.
@@ -113,7 +153,8 @@ class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
             **attrs, "tenant": tenant, "queue": queue, "workdir": workdir,
             "gpus_per_replica": resources["gpus"], "gpu_model": resources["gpu_model"],
             "cpu_per_replica": resources["cpu"], "memory_mib_per_replica":
-            resources["memory_mib"],
+            resources["memory_mib"], "networks": list(network["attachments"]),
+            "rdma_per_replica": network["rdma"],
         }
 
 
@@ -176,12 +217,19 @@ class WorkdirLimitsSerializer(serializers.Serializer):
         "setting OGAI_WORKDIR_MAX_MB).")
 
 
+class JobNetworkSerializer(serializers.Serializer):
+    attachments = serializers.ListField(child=serializers.CharField(), read_only=True,
+                                        help_text="The extra networks each replica attaches.")
+    rdma = serializers.IntegerField(read_only=True, help_text="RDMA devices per replica.")
+
+
 class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
     queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     resources = serializers.SerializerMethodField()
+    network = JobNetworkSerializer(read_only=True)
     workdir = WorkdirBriefSerializer(read_only=True, allow_null=True,
                                      help_text="The working folder it ships; null: none.")
     reserved_nodes = serializers.ListField(
@@ -193,7 +241,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "tenant", "queue", "cluster", "owner", "state", "reason", "dispatch",
             "position", "priority", "image", "environment", "workdir", "command", "env",
-            "resources", "replicas", "max_restarts", "time_limit_s", "restarts", "exit_code",
+            "resources", "network", "replicas", "max_restarts", "time_limit_s", "restarts",
+            "exit_code",
             "placement", "reserved_nodes", "borrowed", "attained_gpu_s", "waited_s",
             "created_at", "queued_at", "started_at", "finished_at", "rerun_of",
         ]

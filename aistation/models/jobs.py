@@ -38,6 +38,10 @@ class Job(TimeStampedModel):
     gpu_model = models.CharField(max_length=64, blank=True)
     cpu_per_replica = models.FloatField(default=1.0)
     memory_mib_per_replica = models.PositiveIntegerField(default=1024)
+    # Its network (`network: {attachments, rdma}`): RDMA devices each replica holds on its node
+    # (counted like GPUs), and the cluster's extra networks each replica attaches, in order.
+    rdma_per_replica = models.PositiveIntegerField(default=0)
+    networks = models.JSONField(default=list, blank=True)
     replicas = models.PositiveIntegerField(default=1)
     max_restarts = models.PositiveIntegerField(default=0)
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
@@ -100,6 +104,11 @@ class Job(TimeStampedModel):
     @property
     def gpus(self) -> int:
         return self.gpus_per_replica * self.replicas
+
+    @property
+    def network(self) -> dict:
+        """Its network as the API shows it: {"attachments": [...], "rdma": N}."""
+        return {"attachments": list(self.networks), "rdma": self.rdma_per_replica}
 
 
 class Attempt(models.Model):

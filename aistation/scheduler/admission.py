@@ -5,9 +5,10 @@ Borrowed work runs above its tenant's quota, so it counts towards neither the qu
 limits (that is what makes it borrowed); it does count towards its queue's limit, which is hard,
 and towards the tenant's share of the cluster.
 
-CPU cores and memory are counted only for tenants with a CPU or memory quota ("capped"), and
-for all their work, borrowed too: those quotas are hard, nothing borrows above them. Work held on
-other clusters is counted from the start (`TenantSnap.cpu_held_elsewhere`, …)."""
+CPU cores, memory and RDMA devices are counted only for tenants with a CPU, memory or RDMA quota
+("capped"), and for all their work, borrowed too: those quotas are hard, nothing borrows above
+them. Work held on other clusters is counted from the start (`TenantSnap.cpu_held_elsewhere`,
+…)."""
 
 from __future__ import annotations
 
@@ -28,42 +29,57 @@ class Usage:
         self.model_used: dict[tuple[str, str], int] = {}  # non-borrowed GPUs per (tenant, model)
         self.cpu_used: dict[str, float] = {}  # CPU cores per capped tenant, all its work
         self.mem_used: dict[str, int] = {}  # MiB per capped tenant, all its work
+        self.rdma_used: dict[str, int] = {}  # RDMA devices per capped tenant, all its work
 
     def count_held_elsewhere(self, tenants: Iterable[TenantSnap]) -> set[str]:
-        """Start the CPU and memory counts of the capped tenants; returns their names."""
+        """Start the CPU, memory and RDMA counts of the capped tenants; returns their names."""
         capped = set()
         for tenant in tenants:
-            if tenant.cpu_quota is not None or tenant.memory_quota_mib is not None:
+            if (tenant.cpu_quota is not None or tenant.memory_quota_mib is not None
+                    or tenant.rdma_quota is not None):
                 capped.add(tenant.name)
                 self.cpu_used[tenant.name] = tenant.cpu_held_elsewhere
                 self.mem_used[tenant.name] = tenant.memory_mib_held_elsewhere
+                self.rdma_used[tenant.name] = tenant.rdma_held_elsewhere
         return capped
 
-    def change_cores(self, tenant: str, cpu: float, mem: int, sign: int) -> None:
-        """A capped tenant's work of `cpu` cores and `mem` MiB in all starts (+1) or stops."""
+    def change_cores(self, tenant: str, cpu: float, mem: int, rdma: int, sign: int) -> None:
+        """A capped tenant's work of `cpu` cores, `mem` MiB and `rdma` RDMA devices in all
+        starts (+1) or stops."""
         self.cpu_used[tenant] = self.cpu_used.get(tenant, 0.0) + sign * cpu
         self.mem_used[tenant] = self.mem_used.get(tenant, 0) + sign * mem
+        if rdma:
+            self.rdma_used[tenant] = self.rdma_used.get(tenant, 0) + sign * rdma
 
-    def cores_short(self, tenant: TenantSnap, cpu: float, mem: int) -> tuple[float, int]:
-        """How many CPU cores and MiB must be given back before work of `cpu` cores and `mem`
-        MiB in all fits the tenant's CPU and memory quotas (0 or less: none)."""
-        short_cpu, short_mem = 0.0, 0
+    def cores_short(
+        self, tenant: TenantSnap, cpu: float, mem: int, rdma: int
+    ) -> tuple[float, int, int]:
+        """How many CPU cores, MiB and RDMA devices must be given back before work of `cpu`
+        cores, `mem` MiB and `rdma` devices in all fits the tenant's CPU, memory and RDMA
+        quotas (0: none)."""
+        short_cpu, short_mem, short_rdma = 0.0, 0, 0
         if tenant.cpu_quota is not None:
             short_cpu = self.cpu_used.get(tenant.name, 0.0) + cpu - tenant.cpu_quota
         if tenant.memory_quota_mib is not None:
             short_mem = self.mem_used.get(tenant.name, 0) + mem - tenant.memory_quota_mib
-        return (short_cpu if short_cpu > EPS else 0.0), (short_mem if short_mem > 0 else 0)
+        if tenant.rdma_quota is not None and rdma > 0:
+            short_rdma = self.rdma_used.get(tenant.name, 0) + rdma - tenant.rdma_quota
+        return ((short_cpu if short_cpu > EPS else 0.0), (short_mem if short_mem > 0 else 0),
+                (short_rdma if short_rdma > 0 else 0))
 
-    def cores_reason(self, tenant: TenantSnap, cpu: float, mem: int) -> str | None:
-        """The wait reason when work of `cpu` cores and `mem` MiB would pass the tenant's CPU or
-        memory quota, or None when it fits."""
-        short_cpu, short_mem = self.cores_short(tenant, cpu, mem)
+    def cores_reason(self, tenant: TenantSnap, cpu: float, mem: int, rdma: int) -> str | None:
+        """The wait reason when work of `cpu` cores, `mem` MiB and `rdma` RDMA devices would
+        pass the tenant's CPU, memory or RDMA quota, or None when it fits."""
+        short_cpu, short_mem, short_rdma = self.cores_short(tenant, cpu, mem, rdma)
         if short_cpu > 0 and tenant.cpu_quota is not None:
             used = self.cpu_used.get(tenant.name, 0.0)
             return reasons.cpu_quota_full(used, tenant.cpu_quota, cpu)
         if short_mem > 0 and tenant.memory_quota_mib is not None:
             used_mem = self.mem_used.get(tenant.name, 0)
             return reasons.memory_quota_full(used_mem, tenant.memory_quota_mib, mem)
+        if short_rdma > 0 and tenant.rdma_quota is not None:
+            used_rdma = self.rdma_used.get(tenant.name, 0)
+            return reasons.rdma_quota_full(used_rdma, tenant.rdma_quota, rdma)
         return None
 
     def change(

@@ -146,18 +146,22 @@ def _started_at(running: RunningJob) -> float:
     return started if started is not None else float("-inf")
 
 
-def _cores(job: JobSnap) -> tuple[float, int]:
-    """CPU cores and MiB of memory of all the job's replicas."""
-    return job.cpu_per_replica * job.replicas, job.memory_mib_per_replica * job.replicas
+def _cores(job: JobSnap) -> tuple[float, int, int]:
+    """CPU cores, MiB of memory and RDMA devices of all the job's replicas."""
+    replicas = job.replicas
+    return (job.cpu_per_replica * replicas, job.memory_mib_per_replica * replicas,
+            job.rdma_per_replica * replicas)
 
 
-def _over_cores_quota(tenant: TenantSnap, cpu: float, mem: int) -> str | None:
-    """Why a job of `cpu` cores and `mem` MiB in all can never run within its tenant's CPU or
-    memory quota (it asks for more than the whole quota), or None."""
+def _over_cores_quota(tenant: TenantSnap, cpu: float, mem: int, rdma: int) -> str | None:
+    """Why a job of `cpu` cores, `mem` MiB and `rdma` RDMA devices in all can never run within
+    its tenant's CPU, memory or RDMA quota (it asks for more than the whole quota), or None."""
     if tenant.cpu_quota is not None and cpu > tenant.cpu_quota + EPS:
         return reasons.over_cpu_quota(cpu, tenant.cpu_quota)
     if tenant.memory_quota_mib is not None and mem > tenant.memory_quota_mib:
         return reasons.over_memory_quota(mem, tenant.memory_quota_mib)
+    if tenant.rdma_quota is not None and rdma > tenant.rdma_quota:
+        return reasons.over_rdma_quota(rdma, tenant.rdma_quota)
     return None
 
 
@@ -201,7 +205,9 @@ class _Cycle:
         # Pending jobs fall in a few classes (shape, tenant, queue, rank), and into fewer
         # shapes: number both once, take whatever depends on them from the class, and key every
         # cache by those numbers.
-        classes: dict[tuple[str, int, int, float, int, frozenset[str], str, str, int], int] = {}
+        classes: dict[
+            tuple[str, int, int, float, int, frozenset[str], int, str, str, int], int
+        ] = {}
         self.class_of = class_of = [
             classes.setdefault(
                 (
@@ -211,6 +217,7 @@ class _Cycle:
                     job.cpu_per_replica,
                     job.memory_mib_per_replica,
                     job.excluded_nodes,
+                    job.rdma_per_replica,
                     job.tenant,
                     job.queue,
                     job_rank,
@@ -221,7 +228,7 @@ class _Cycle:
         ]
         self.rank = ranked
         self.tenants: dict[str, TenantSnap] = {t.name: t for t in snapshot.tenants}
-        for name in {key[6] for key in classes} | {job.tenant for job in snapshot.running}:
+        for name in {key[7] for key in classes} | {job.tenant for job in snapshot.running}:
             if name not in self.tenants:
                 self.tenants[name] = TenantSnap(name=name, gpu_quota=0)
         # Tenants with a CPU or memory quota: only their cores and memory are counted.
@@ -244,23 +251,24 @@ class _Cycle:
             self.own_priorities[tenant_name] = [r.rank for r in own]
         self.borrowed_running.sort(key=lambda r: -_started_at(r))
 
-        names = sorted({key[6] for key in classes})
+        names = sorted({key[7] for key in classes})
         tenant_rank = {name: r for r, name in enumerate(names)}
         ids: dict[Shape, int] = {}
-        shape_of_class = [ids.setdefault(key[:6], len(ids)) for key in classes]
+        shape_of_class = [ids.setdefault(key[:7], len(ids)) for key in classes]
         shape_list = self.shape_list = list(ids)
         never_of_shape = [self._never(shape) for shape in shape_list]
-        queue_of_class = self.queue_of_class = [queues[key[7]] for key in classes]
+        queue_of_class = self.queue_of_class = [queues[key[8]] for key in classes]
         self.need_of_class = [key[1] * key[2] for key in classes]
-        rank_of_class = [tenant_rank[key[6]] for key in classes]
+        rank_of_class = [tenant_rank[key[7]] for key in classes]
         never_of_class: list[str | None] = []
         for key, shape, queue in zip(classes, shape_of_class, queue_of_class, strict=True):
             text = never_of_shape[shape]
             need = key[1] * key[2]
             if text is None and queue.limit is not None and need > queue.limit:
                 text = reasons.over_queue_limit(need, queue.limit)
-            if text is None and key[6] in self.capped:
-                text = _over_cores_quota(self.tenants[key[6]], key[3] * key[2], key[4] * key[2])
+            if text is None and key[7] in self.capped:
+                text = _over_cores_quota(self.tenants[key[7]], key[3] * key[2], key[4] * key[2],
+                                         key[6] * key[2])
             never_of_class.append(text)
 
         shape_id = self.shape_id = [shape_of_class[c] for c in class_of]
@@ -271,15 +279,15 @@ class _Cycle:
         # The highest rank waiting in each queue (of the jobs that could ever fit).
         self.top_rank: dict[_Queue, int] = {}
         for key, queue, never in zip(classes, queue_of_class, never_of_class, strict=True):
-            if never is None and key[8] > self.top_rank.get(queue, key[8] - 1):
-                self.top_rank[queue] = key[8]
+            if never is None and key[9] > self.top_rank.get(queue, key[9] - 1):
+                self.top_rank[queue] = key[9]
 
         # Pending work, in order; tenants take turns by their shares as the passes go.
         keys = order_pending(
             pending,
             class_of,
             rank_of_class,
-            [-key[8] for key in classes],
+            [-key[9] for key in classes],
             [queue.fair for queue in queue_of_class],
         )
         self.runs: list[_TenantRun] = []
@@ -318,6 +326,7 @@ class _Cycle:
         cluster = self.cluster
         index_of, node_model = cluster.index_of, cluster.node_model
         free_gpus, free_cpu, free_mem = cluster.free_gpus, cluster.free_cpu, cluster.free_mem
+        free_rdma = cluster.free_rdma
         biggest = self.biggest_running
         usage = self.usage
         running_gpus, queue_used = usage.running, usage.queue_used
@@ -326,22 +335,27 @@ class _Cycle:
         by_tenant, borrowed_running = self.by_tenant, self.borrowed_running
         limited = {name for name, tenant in self.tenants.items() if tenant.gpu_model_limits}
         capped, cpu_used, mem_used = self.capped, usage.cpu_used, usage.mem_used
+        rdma_used = usage.rdma_used
         rank, fair_queues = self.ranks.rank, self.fair_queues
         young_since = now - self.min_run_s
         for job in jobs:
             g, c, m = job.gpus_per_replica, job.cpu_per_replica, job.memory_mib_per_replica
+            d = job.rdma_per_replica
             nodes = tuple([index_of.get(name) for name in job.placement])
             for node in nodes:
                 if node is not None:
                     free_gpus[node] -= g
                     free_cpu[node] -= c
                     free_mem[node] -= m
+                    if d:
+                        free_rdma[node] -= d
                     if g > biggest[node]:
                         biggest[node] = g
             tenant, queue, gpus = job.tenant, job.queue, job.gpus
             if tenant in capped:
                 cpu_used[tenant] += c * job.replicas
                 mem_used[tenant] += m * job.replicas
+                rdma_used[tenant] += d * job.replicas
             if queue in fair_queues:
                 attained = job.attained_gpu_s
                 if job.started_at is not None and job.started_at < now:
@@ -395,7 +409,7 @@ class _Cycle:
         cluster = self.ever
         if r <= 0:
             return reasons.no_replicas()
-        if g < 0 or shape[3] < 0 or shape[4] < 0:
+        if g < 0 or shape[3] < 0 or shape[4] < 0 or shape[6] < 0:
             return reasons.negative_request()
         if model and model not in cluster.models:
             return reasons.no_such_model(model)
@@ -547,7 +561,7 @@ class _Cycle:
         )
 
     def _over_cores(self, i: int, tenant: TenantSnap) -> str | None:
-        """Why job i would pass its tenant's CPU or memory quota, or None."""
+        """Why job i would pass its tenant's CPU, memory or RDMA quota, or None."""
         if tenant.name not in self.capped:
             return None
         return self.usage.cores_reason(tenant, *_cores(self.pending[i]))
@@ -726,22 +740,23 @@ class _Cycle:
         if model and model in tenant.gpu_model_limits:
             used_model = usage.model_used.get((job.tenant, model), 0)
             need_model = used_model + need - tenant.gpu_model_limits[model]
-        need_cpu, need_mem = 0.0, 0
+        need_cpu, need_mem, need_rdma = 0.0, 0, 0
         if job.tenant in self.capped:
-            need_cpu, need_mem = usage.cores_short(tenant, *_cores(job))
+            need_cpu, need_mem, need_rdma = usage.cores_short(tenant, *_cores(job))
 
         def gains(running: RunningJob) -> Needs:
             victim = running.job
-            # Any of its own work gives back CPU and memory: those quotas count it all.
-            cpu, mem = _cores(victim)
+            # Any of its own work gives back CPU, memory and RDMA: those quotas count it all.
+            cpu, mem, rdma = _cores(victim)
             if victim.borrowed:
-                return (victim.gpus if victim.queue == job.queue else 0, 0, 0, cpu, mem)
+                return (victim.gpus if victim.queue == job.queue else 0, 0, 0, cpu, mem, rdma)
             return (
                 victim.gpus if victim.queue == job.queue else 0,
                 victim.gpus,
                 running.model_gpus.get(model, 0),
                 cpu,
                 mem,
+                rdma,
             )
 
         below = bisect_left(self.own_priorities[job.tenant], rank)
@@ -755,7 +770,7 @@ class _Cycle:
             self.cluster,
             shape,
             allowed,
-            (need_queue, need_quota, need_model, need_cpu, need_mem),
+            (need_queue, need_quota, need_model, need_cpu, need_mem, need_rdma),
             candidates,
             gains,
         )
@@ -817,13 +832,15 @@ class _Cycle:
         stays known unless this left more room or quota somewhere than there was before."""
         cluster, usage = self.cluster, self.usage
         nodes = {n for v in victims for n in v.nodes if n is not None}
-        room = [(n, cluster.free_gpus[n], cluster.free_cpu[n], cluster.free_mem[n]) for n in nodes]
+        room = [(n, cluster.free_gpus[n], cluster.free_cpu[n], cluster.free_mem[n],
+                 cluster.free_rdma[n]) for n in nodes]
         jobs = [v.job for v in victims] + [self.pending[i]]
         tenants = {j.tenant for j in jobs}
         quota = [(t, usage.quota_used.get(t, 0)) for t in tenants]
         queue = [(q, usage.queue_used.get(q, 0)) for q in {j.queue for j in jobs}]
         model = [(k, used) for k, used in usage.model_used.items() if k[0] in tenants]
-        cores = [(t, usage.cpu_used[t], usage.mem_used[t]) for t in tenants if t in self.capped]
+        cores = [(t, usage.cpu_used[t], usage.mem_used[t], usage.rdma_used.get(t, 0))
+                 for t in tenants if t in self.capped]
         for victim in victims:
             self._preempt(victim, reason(victim))
         picked = cluster.place(self.shapes[i], allowed)
@@ -832,7 +849,8 @@ class _Cycle:
         self._start(i, picked, borrowed=False, preempted=[v.job.id for v in victims])
         if any(
             cluster.free_gpus[n] > gpus or cluster.free_cpu[n] > cpu or cluster.free_mem[n] > mem
-            for n, gpus, cpu, mem in room
+            or cluster.free_rdma[n] > rdma
+            for n, gpus, cpu, mem, rdma in room
         ):
             self._full.clear()
             self._hopeless.clear()
@@ -842,7 +860,8 @@ class _Cycle:
             or any(usage.queue_used.get(q, 0) < used for q, used in queue)
             or any(usage.model_used.get(k, 0) < used for k, used in model)
             or any(usage.cpu_used[t] < cpu - EPS or usage.mem_used[t] < mem
-                   for t, cpu, mem in cores)
+                   or usage.rdma_used.get(t, 0) < rdma
+                   for t, cpu, mem, rdma in cores)
         ):
             self._no_victims.clear()
 
@@ -853,7 +872,8 @@ class _Cycle:
         for node in running.nodes:
             if node is not None:
                 self.cluster.release(
-                    node, job.gpus_per_replica, job.cpu_per_replica, job.memory_mib_per_replica
+                    node, job.gpus_per_replica, job.cpu_per_replica, job.memory_mib_per_replica,
+                    job.rdma_per_replica,
                 )
         self.usage.change(job.tenant, job.queue, job.gpus, job.borrowed, running.model_gpus, -1)
         if job.tenant in self.capped:
@@ -1040,7 +1060,7 @@ class _Cycle:
             if room >= r:
                 nodes = cluster.looked_at(shape)
                 scarce, fits = cluster.gang_short(nodes, shape)
-                what = {reasons.CPU: shape[3], reasons.MEMORY: shape[4]}
+                what = {reasons.CPU: shape[3], reasons.MEMORY: shape[4], reasons.RDMA: shape[6]}
                 short = [(s, what[s], 0.0) for s in scarce]
                 held = self._holders(nodes, scarce[0], tenant) if scarce else []
                 body = reasons.no_room_gang_resources(r, short, fits, len(nodes), held, model)
@@ -1066,6 +1086,7 @@ class _Cycle:
             for job, count in on_node.get(node, ()):
                 amount = count * (job.gpus_per_replica if what == reasons.GPU else
                                   job.cpu_per_replica if what == reasons.CPU else
+                                  job.rdma_per_replica if what == reasons.RDMA else
                                   job.memory_mib_per_replica)
                 if amount > 0:
                     name = (job.display or f"job {job.id}") if job.tenant == tenant \

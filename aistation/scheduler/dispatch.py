@@ -44,8 +44,9 @@ class ClusterView:
 
     name: str
     nodes: tuple[NodeSnap, ...]
-    # (node name, GPUs, CPU cores, MiB) held by each admitted or running replica there.
-    held: tuple[tuple[str, int, float, int], ...] = ()
+    # (node name, GPUs, CPU cores, MiB[, RDMA devices]) held by each admitted or running
+    # replica there.
+    held: tuple[tuple[str, int, float, int] | tuple[str, int, float, int, int], ...] = ()
     queued_gpus: int = 0  # GPUs asked by the jobs waiting there that go before a new one
     # GPUs a new job could take there by preemption (work its queue's policy puts below it).
     preemptible_gpus: int = 0
@@ -73,10 +74,11 @@ class _Member:
         self.view = view
         self.name = view.name
         self.capacity = Cluster(view.nodes)
-        for node, gpus, cpu, memory in view.held:
-            index = self.capacity.index_of.get(node)
+        for entry in view.held:
+            index = self.capacity.index_of.get(entry[0])
             if index is not None:
-                self.capacity.take(index, gpus, cpu, memory)
+                rdma = entry[4] if len(entry) > 4 else 0  # type: ignore[misc]
+                self.capacity.take(index, entry[1], entry[2], entry[3], rdma)
         self.capacity.build_index()
         # An empty copy answers "could it ever hold this gang here?".
         self.never = Cluster(view.nodes)

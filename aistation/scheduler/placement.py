@@ -1,9 +1,9 @@
 """Node capacity and where replicas fit.
 
-Free GPUs, CPU and memory are kept per node, and schedulable nodes sit in buckets by free GPU count
-(one set of buckets per GPU model, plus one for "any model"), so best fit is a short walk up the
-buckets instead of a scan of every node per job. Nodes are numbered by name, and every bucket is a
-sorted list of those numbers, so ties go to the lowest name for free.
+Free GPUs, CPU, memory and RDMA devices are kept per node, and schedulable nodes sit in buckets
+by free GPU count (one set of buckets per GPU model, plus one for "any model"), so best fit is a
+short walk up the buckets instead of a scan of every node per job. Nodes are numbered by name,
+and every bucket is a sorted list of those numbers, so ties go to the lowest name for free.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ UNTRACKED = 1e15
 EPS = 1e-9
 
 # What placement needs to know about a job: (gpu model, GPUs per replica, replicas, CPU cores
-# per replica, MiB per replica, nodes it must avoid).
-Shape = tuple[str, int, int, float, int, frozenset[str]]
+# per replica, MiB per replica, nodes it must avoid, RDMA devices per replica).
+Shape = tuple[str, int, int, float, int, frozenset[str], int]
 # (node number, replicas placed on it)
 Picked = list[tuple[int, int]]
 
@@ -34,13 +34,18 @@ def shape_of(job: JobSnap) -> Shape:
         job.cpu_per_replica,
         job.memory_mib_per_replica,
         job.excluded_nodes,
+        job.rdma_per_replica,
     )
 
 
-def replicas_fitting(gpus: int, cpu: float, mem: float, shape: Shape) -> int:
+def replicas_fitting(gpus: int, cpu: float, mem: float, rdma: int, shape: Shape) -> int:
     """How many replicas of `shape` fit in the given free resources."""
-    g, r, c, m = shape[1], shape[2], shape[3], shape[4]
+    g, r, c, m, d = shape[1], shape[2], shape[3], shape[4], shape[6]
     k = gpus // g if g > 0 else r
+    if d > 0:
+        kd = rdma // d
+        if kd < k:
+            k = kd
     if c > 0:
         kc = int((cpu + EPS) // c)
         if kc < k:
@@ -68,7 +73,10 @@ class Cluster:
         self.total_mem: list[float] = [
             float(node.memory_mib) if node.memory_mib > 0 else UNTRACKED for node in ordered
         ]
+        # RDMA devices are counted like GPUs: a node that offers none holds no replica asking.
+        self.total_rdma: list[int] = [node.rdma if node.rdma > 0 else 0 for node in ordered]
         self.free_gpus: list[int] = list(self.total_gpus)
+        self.free_rdma: list[int] = list(self.total_rdma)
         self.free_cpu: list[float] = list(self.total_cpu)
         self.free_mem: list[float] = list(self.total_mem)
         self.schedulable: list[bool] = [node.schedulable for node in ordered]
@@ -79,23 +87,26 @@ class Cluster:
         # model -> buckets[free GPUs] -> sorted node numbers; "" holds every schedulable node.
         self._buckets: dict[str, list[list[int]]] = {}
         self._member: list[tuple[list[list[int]], ...]] = []
-        # Node kinds (gpus, cpu, mem) -> count, per model ("" = all): what could ever fit.
-        self._kinds: dict[str, Counter[tuple[int, float, float]]] = {"": Counter()}
+        # Node kinds (gpus, cpu, mem, rdma) -> count, per model ("" = all): what could ever fit.
+        self._kinds: dict[str, Counter[tuple[int, float, float, int]]] = {"": Counter()}
         kinds = Counter(
-            zip(self.node_model, self.total_gpus, self.total_cpu, self.total_mem, strict=True)
+            zip(self.node_model, self.total_gpus, self.total_cpu, self.total_mem,
+                self.total_rdma, strict=True)
         )
-        for (model, gpus, cpu, mem), count in kinds.items():
-            self._kinds[""][(gpus, cpu, mem)] += count
+        for (model, gpus, cpu, mem, rdma), count in kinds.items():
+            self._kinds[""][(gpus, cpu, mem, rdma)] += count
             if model:
-                self._kinds.setdefault(model, Counter())[(gpus, cpu, mem)] += count
+                self._kinds.setdefault(model, Counter())[(gpus, cpu, mem, rdma)] += count
 
     # -- building ---------------------------------------------------------------------------
 
-    def take(self, node: int, gpus: int, cpu: float, mem: int) -> None:
+    def take(self, node: int, gpus: int, cpu: float, mem: int, rdma: int = 0) -> None:
         """Account one running replica before the index is built."""
         self.free_gpus[node] -= gpus
         self.free_cpu[node] -= cpu
         self.free_mem[node] -= mem
+        if rdma:
+            self.free_rdma[node] -= rdma
 
     def build_index(self) -> None:
         size = self.top + 1
@@ -137,7 +148,7 @@ class Cluster:
 
     def commit(self, picked: Picked, shape: Shape) -> tuple[str, ...]:
         """Place the replicas; returns the node name of each replica."""
-        g, c, m = shape[1], shape[3], shape[4]
+        g, c, m, d = shape[1], shape[3], shape[4], shape[6]
         free_gpus, names = self.free_gpus, self.names
         if len(picked) == 1:
             node, count = picked[0]
@@ -145,6 +156,8 @@ class Cluster:
             free_gpus[node] = before - g * count
             self.free_cpu[node] -= c * count
             self.free_mem[node] -= m * count
+            if d:
+                self.free_rdma[node] -= d * count
             self._move(node, before, before - g * count)
             return (names[node],) * count
         placement: list[str] = []
@@ -153,15 +166,19 @@ class Cluster:
             free_gpus[node] = before - g * count
             self.free_cpu[node] -= c * count
             self.free_mem[node] -= m * count
+            if d:
+                self.free_rdma[node] -= d * count
             self._move(node, before, before - g * count)
             placement.extend([names[node]] * count)
         return tuple(placement)
 
-    def release(self, node: int, gpus: int, cpu: float, mem: int) -> None:
+    def release(self, node: int, gpus: int, cpu: float, mem: int, rdma: int = 0) -> None:
         before = self.free_gpus[node]
         self.free_gpus[node] = before + gpus
         self.free_cpu[node] += cpu
         self.free_mem[node] += mem
+        if rdma:
+            self.free_rdma[node] += rdma
         self._move(node, before, before + gpus)
 
     def reserve(self, nodes: Iterable[int], job_id: int) -> None:
@@ -193,11 +210,11 @@ class Cluster:
         """Best fit: replicas go on the schedulable nodes with the fewest free GPUs that still
         hold them (ties by name); a node takes as many replicas of the gang as fit. Returns None
         unless every replica has a place. Nothing changes until `commit`."""
-        model, g, r, c, m, excluded = shape
+        model, g, r, c, m, excluded, d = shape
         buckets = self._buckets.get(model)
         if buckets is None or r <= 0:
             return None
-        free_cpu, free_mem = self.free_cpu, self.free_mem
+        free_cpu, free_mem, free_rdma = self.free_cpu, self.free_mem, self.free_rdma
         names, node_model = self.names, self.node_model
         picked: Picked = []
         need = r
@@ -220,6 +237,10 @@ class Cluster:
                     km = int(free_mem[node] // m)
                     if km < k:
                         k = km
+                if d > 0:
+                    kd = free_rdma[node] // d
+                    if kd < k:
+                        k = kd
                 if k <= 0:
                     continue
                 if k >= need:
@@ -244,7 +265,8 @@ class Cluster:
         for node in self.nodes_with(model, g):
             if self.eligible(node, model, excluded, allowed):
                 total += replicas_fitting(
-                    self.free_gpus[node], self.free_cpu[node], self.free_mem[node], shape
+                    self.free_gpus[node], self.free_cpu[node], self.free_mem[node],
+                    self.free_rdma[node], shape
                 )
         return total
 
@@ -257,8 +279,8 @@ class Cluster:
 
     def short_on(self, node: int, shape: Shape) -> list[tuple[str, float, float]]:
         """What one replica asks that the node lacks now: (resource, asked, free), GPUs, CPU
-        cores, memory in that order (see `reasons`)."""
-        g, c, m = shape[1], shape[3], shape[4]
+        cores, memory, RDMA devices in that order (see `reasons`)."""
+        g, c, m, d = shape[1], shape[3], shape[4], shape[6]
         short: list[tuple[str, float, float]] = []
         if g > 0 and self.free_gpus[node] < g:
             short.append(("gpu", g, self.free_gpus[node]))
@@ -266,6 +288,8 @@ class Cluster:
             short.append(("cpu", c, self.free_cpu[node]))
         if m > 0 and self.free_mem[node] < m:
             short.append(("memory", m, self.free_mem[node]))
+        if d > 0 and self.free_rdma[node] < d:
+            short.append(("rdma", d, self.free_rdma[node]))
         return short
 
     def count_looked_at(self, shape: Shape) -> int:
@@ -290,11 +314,12 @@ class Cluster:
         after it comes closer (this runs once per shape that waits, on clusters of thousands of
         nodes)."""
         model, g, c, m, excluded = shape[0], shape[1], shape[3], shape[4], shape[5]
+        d = shape[6]
         count = self.count_looked_at(shape)
         if count <= 0:
             return -1, 0
         buckets, names = self._buckets[model], self.names
-        free_cpu, free_mem = self.free_cpu, self.free_mem
+        free_cpu, free_mem, free_rdma = self.free_cpu, self.free_mem, self.free_rdma
         best: tuple[int, float, int] | None = None
         for free in range(len(buckets) - 1, -1, -1):
             bucket = buckets[free]
@@ -311,6 +336,9 @@ class Cluster:
                 if m > 0 and free_mem[node] < m:
                     short += 1
                     share = min(share, max(free_mem[node], 0.0) / m)
+                if d > 0 and free_rdma[node] < d:
+                    short += 1
+                    share = min(share, max(free_rdma[node], 0) / d)
                 key = (short, -share, node)
                 if best is None or key < best:
                     best = key
@@ -321,15 +349,18 @@ class Cluster:
     def gang_short(self, nodes: Sequence[int], shape: Shape) -> tuple[list[str], int]:
         """For a gang its free GPUs would hold: the resources that each alone leave room for
         fewer than all its replicas on `nodes`, and the replicas all of them hold together."""
-        r, c, m = shape[2], shape[3], shape[4]
+        r, c, m, d = shape[2], shape[3], shape[4], shape[6]
         short: list[str] = []
-        for what, free, ask in (("cpu", self.free_cpu, c), ("memory", self.free_mem, m)):
+        resources: tuple[tuple[str, Sequence[float], float], ...] = (
+            ("cpu", self.free_cpu, c), ("memory", self.free_mem, m), ("rdma", self.free_rdma, d))
+        for what, free, ask in resources:
             if ask > 0 and sum(int((max(free[n], 0.0) + EPS) // ask) for n in nodes) < r:
                 short.append(what)
-        room = sum(replicas_fitting(self.free_gpus[n], self.free_cpu[n], self.free_mem[n], shape)
+        room = sum(replicas_fitting(self.free_gpus[n], self.free_cpu[n], self.free_mem[n],
+                                    self.free_rdma[n], shape)
                    for n in nodes)
-        if not short:  # each alone would do, not both together
-            short = [what for what, ask in (("cpu", c), ("memory", m)) if ask > 0]
+        if not short:  # each alone would do, not all together
+            short = [what for what, _, ask in resources if ask > 0]
         return short, room
 
     def largest_free(
@@ -370,7 +401,7 @@ class Cluster:
         kinds = self._kinds.get(shape[0])
         if not kinds:
             return 0
-        return sum(replicas_fitting(g, c, m, shape) * n for (g, c, m), n in kinds.items())
+        return sum(replicas_fitting(g, c, m, d, shape) * n for (g, c, m, d), n in kinds.items())
 
     def total_gpus_of(self, model: str) -> int:
         kinds = self._kinds.get(model)
@@ -383,7 +414,8 @@ class Cluster:
             node = self.index_of.get(name)
             if node is not None and (not shape[0] or self.node_model[node] == shape[0]):
                 total -= replicas_fitting(
-                    self.total_gpus[node], self.total_cpu[node], self.total_mem[node], shape
+                    self.total_gpus[node], self.total_cpu[node], self.total_mem[node],
+                    self.total_rdma[node], shape
                 )
         return total
 
@@ -409,7 +441,8 @@ class Cluster:
             bucket.sort(key=lambda n: (biggest_running[n], n))
             for node in bucket:
                 holds = replicas_fitting(
-                    self.total_gpus[node], self.total_cpu[node], self.total_mem[node], shape
+                    self.total_gpus[node], self.total_cpu[node], self.total_mem[node],
+                    self.total_rdma[node], shape
                 )
                 if holds > 0:
                     chosen.append(node)

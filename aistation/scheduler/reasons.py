@@ -42,6 +42,10 @@ def n_gpus(count: int, what: str = "") -> str:
     return f"1 {what}GPU" if count == 1 else f"{count} {what}GPUs"
 
 
+def n_rdma(count: int) -> str:
+    return "1 RDMA device" if count == 1 else f"{count} RDMA devices"
+
+
 def of_model(model: str) -> str:
     return f"{model} " if model else ""
 
@@ -76,6 +80,10 @@ def memory_quota_full(used_mib: int, quota_mib: int, need_mib: int) -> str:
             f"job needs {gib(need_mib)} GiB")
 
 
+def rdma_quota_full(used: int, quota: int, need: int) -> str:
+    return f"waiting: tenant quota {used}/{quota} RDMA devices in use, job needs {need}"
+
+
 def model_full(model: str, used: int, limit: int, need: int) -> str:
     return f"waiting: GPU model {model} limit {used}/{limit} in use, job needs {need}"
 
@@ -103,8 +111,9 @@ def no_borrow(binding: str, capacity: str) -> str:
     return f"{binding}; no idle capacity to borrow: {capacity}"
 
 
-# What a replica asks that a node lacks: (resource, asked, free), resource one of GPU, CPU, MEMORY.
-GPU, CPU, MEMORY = "gpu", "cpu", "memory"
+# What a replica asks that a node lacks: (resource, asked, free), resource one of GPU, CPU,
+# MEMORY, RDMA.
+GPU, CPU, MEMORY, RDMA = "gpu", "cpu", "memory", "rdma"
 Short = tuple[str, float, float]
 # A job holding some of the scarce resource where the wait looked: (display name, amount).
 Holder = tuple[str, float]
@@ -118,6 +127,8 @@ def _asked(what: str, value: float, model: str) -> str:
         return n_gpus(int(value), model)
     if what == CPU:
         return n_cores(value)
+    if what == RDMA:
+        return n_rdma(int(value))
     return f"{gib(value)} GiB of memory"
 
 
@@ -129,6 +140,8 @@ def _free(what: str, value: float, unit: bool) -> str:
     if what == CPU:
         return f"{amount(value)} core" + ("" if amount(value) == "1" else "s") \
             if unit else amount(value)
+    if what == RDMA:
+        return n_rdma(int(value)) if unit else str(int(value))
     return f"{gib(value)} GiB"
 
 
@@ -173,7 +186,8 @@ def no_room_gang_resources(replicas: int, short: Sequence[Short], room: int, loo
                            held: Sequence[Holder], model: str) -> str:
     """A gang whose GPUs would fit but whose CPU cores or memory do not."""
     per = " and ".join(_asked(what, value, model) for what, value, _ in short)
-    names = " and ".join({GPU: "GPUs", CPU: "CPU cores", MEMORY: "memory"}[s[0]] for s in short)
+    names = " and ".join({GPU: "GPUs", CPU: "CPU cores", MEMORY: "memory",
+                          RDMA: "RDMA devices"}[s[0]] for s in short)
     nodes = "1 node" if looked_at == 1 else f"{looked_at} nodes"
     return (f"{replicas} replicas of {per} must start together and the free {names} of "
             f"{nodes} hold {room} of them" + holders(held, short[0][0], len(short) > 1))
@@ -241,8 +255,13 @@ def replica_too_big(shape: Shape, largest: int) -> str:
 
 
 def replica_resources_too_big(shape: Shape) -> str:
-    g, c, m = shape[1], shape[3], shape[4]
+    g, c, m, d = shape[1], shape[3], shape[4], shape[6]
     with_gpus = f" with {n_gpus(g)}" if g > 0 else ""
+    if d > 0:
+        return (
+            f"never fits: no node{with_gpus} has {n_rdma(d)}, {n_cores(c)} and {gib(m)} GiB of "
+            "memory for one replica"
+        )
     return (
         f"never fits: no node{with_gpus} has {n_cores(c)} and {gib(m)} GiB of memory for one "
         "replica"
@@ -277,6 +296,11 @@ def over_cpu_quota(need: float, quota: float) -> str:
 def over_memory_quota(need_mib: int, quota_mib: int) -> str:
     return (f"never fits: needs {gib(need_mib)} GiB of memory, more than the tenant's memory "
             f"quota of {gib(quota_mib)} GiB")
+
+
+def over_rdma_quota(need: int, quota: int) -> str:
+    return (f"never fits: needs {n_rdma(need)}, more than the tenant's RDMA quota of "
+            f"{quota}")
 
 
 def negative_request() -> str:

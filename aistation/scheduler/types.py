@@ -15,6 +15,7 @@ class NodeSnap:
     cpu_cores: float = 0
     memory_mib: int = 0
     schedulable: bool = True  # ready, not cordoned, healthy
+    rdma: int = 0  # RDMA devices it offers (the cluster's RDMA resource), like GPUs
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,10 @@ class TenantSnap:
     # What its work already holds outside the snapshot (other clusters), against those limits.
     cpu_held_elsewhere: float = 0.0
     memory_mib_held_elsewhere: int = 0
+    # RDMA devices its work may hold at once (None = no limit), hard like CPU and memory, and
+    # what its work holds on other clusters.
+    rdma_quota: int | None = None
+    rdma_held_elsewhere: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class JobSnap:
     # How a person knows it where a wait names what holds the resources ("the deployment
     # demo-tiny-gpt", "job 12 train-gpt"); "" = "job <id>".
     display: str = ""
+    rdma_per_replica: int = 0  # RDMA devices each replica needs on its node, like GPUs
 
     @property
     def gpus(self) -> int:

@@ -26,7 +26,13 @@ from aistation.scheduler.policies import DEFAULT_LEVELS_GPU_S, DEFAULT_MIN_RUN_S
 from aistation.scheduler.types import JobSnap, NodeSnap
 from aistation.triggers import request_cycle
 from podsys.choices import NodeHealth, PoolNodeState
-from podsys.drivers.base import FEATURE_SANDBOX, FEATURE_WORKDIR, DriverError
+from podsys.drivers.base import (
+    FEATURE_NETWORKS,
+    FEATURE_RDMA,
+    FEATURE_SANDBOX,
+    FEATURE_WORKDIR,
+    DriverError,
+)
 from podsys.models import Cluster, Fleet, Node, PoolNode
 from podsys.runtime import driver_for
 from podsys.selectors_fleets import cluster_lost
@@ -59,14 +65,14 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
     nodes: dict[int, list[NodeSnap]] = defaultdict(list)
     pooled = pool_nodes_held(ids)
     closed = {key for key, held in pooled.items() if closed_to(held, tenant_id, None)}
-    for cluster_id, name, gpus, model, cpu, memory, schedulable, health, foreign in \
+    for cluster_id, name, gpus, model, cpu, memory, schedulable, health, foreign, rdma in \
             Node.objects.filter(cluster_id__in=ids).values_list(
                 "cluster_id", "name", "gpus", "gpu_model", "cpu_cores", "memory_mib",
-                "schedulable", "health", "gpus_foreign"):
+                "schedulable", "health", "gpus_foreign", "rdma_devices"):
         nodes[cluster_id].append(NodeSnap(
             name=name, gpus=max(0, gpus - (foreign or 0)), gpu_model=model, cpu_cores=cpu,
             memory_mib=memory, schedulable=schedulable and health == NodeHealth.HEALTHY
-            and (cluster_id, name) not in closed))
+            and (cluster_id, name) not in closed, rdma=rdma))
     held: dict[int, list] = defaultdict(list)
     # What the default policy puts before a new job (waiting work at its first level) and what
     # a new job may preempt (work past the first level that has had its minimum run).
@@ -77,16 +83,16 @@ def fleet_views(clusters: list[Cluster], now: datetime, tenant_id: int) -> list[
                    .values_list("job_id", "started_at"))
     queued: dict[int, int] = defaultdict(int)
     preemptible: dict[int, int] = defaultdict(int)
-    for pk, cluster_id, state, placement, gpus, replicas, cpu, memory, attained in \
+    for pk, cluster_id, state, placement, gpus, replicas, cpu, memory, attained, rdma in \
             Job.objects.filter(cluster_id__in=ids, state__in=(*ACTIVE_STATES, JobState.QUEUED)) \
             .values_list("pk", "cluster_id", "state", "placement", "gpus_per_replica",
                          "replicas", "cpu_per_replica", "memory_mib_per_replica",
-                         "attained_gpu_s"):
+                         "attained_gpu_s", "rdma_per_replica"):
         if state == JobState.QUEUED:
             if attained < first:
                 queued[cluster_id] += gpus * replicas
             continue
-        held[cluster_id] += [(node, gpus, cpu, memory) for node in placement]
+        held[cluster_id] += [(node, gpus, cpu, memory, rdma) for node in placement]
         since = started.get(pk)
         ran = (now - since).total_seconds() if since else 0.0
         if since and ran >= min_run and attained + gpus * replicas * ran >= first:
@@ -121,7 +127,8 @@ def job_snap(job: Job) -> JobSnap:
     return JobSnap(id=job.pk or 0, tenant="", queue="", priority=job.priority, submitted_at=0.0,
                    gpus_per_replica=job.gpus_per_replica, replicas=job.replicas,
                    cpu_per_replica=job.cpu_per_replica,
-                   memory_mib_per_replica=job.memory_mib_per_replica, gpu_model=job.gpu_model)
+                   memory_mib_per_replica=job.memory_mib_per_replica, gpu_model=job.gpu_model,
+                   rdma_per_replica=job.rdma_per_replica)
 
 
 def fleet_clusters(fleet_id: int) -> list[Cluster]:
@@ -134,6 +141,10 @@ def needed_features(job: Job) -> dict[str, str]:
     needs = {} if settings.OGAI_SINGLE_TENANT else {FEATURE_SANDBOX: "a tenant's work"}
     if job.workdir_id is not None:
         needs[FEATURE_WORKDIR] = "a job with a working folder"
+    if job.rdma_per_replica:
+        needs[FEATURE_RDMA] = "a job with RDMA devices"
+    if job.networks:
+        needs[FEATURE_NETWORKS] = "a job that attaches networks"
     return needs
 
 

@@ -21,7 +21,14 @@ from infra_os.choices import WRITE_ROLES
 from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
-from podsys.drivers.base import FEATURE_SANDBOX, FEATURE_WORKDIR, DataMount, DriverError
+from podsys.drivers.base import (
+    FEATURE_NETWORKS,
+    FEATURE_RDMA,
+    FEATURE_SANDBOX,
+    FEATURE_WORKDIR,
+    DataMount,
+    DriverError,
+)
 from podsys.drivers.common import describe_environments, environment_summary
 from podsys.models import Cluster, ElasticPool
 from podsys.providers.base import ProviderError
@@ -33,7 +40,7 @@ MAX_TIME_LIMIT_S = 30 * 24 * 3600
 
 
 def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_mib: int,
-                replicas: int) -> str:
+                replicas: int, rdma: int = 0) -> str:
     """Refuse at once what no node of the queue's cluster could ever hold, rather than let it
     wait forever. Checked against the capacity the last node sync summed up: submissions must
     stay cheap. Returns the pool that must buy nodes for it where no cluster of its fleet holds
@@ -43,16 +50,19 @@ def _check_fits(*, queue: Queue, gpus: int, gpu_model: str, cpu: float, memory_m
         for member in Cluster.objects.filter(fleet_id=queue.fleet_id, is_active=True):
             try:
                 _check_fits_cluster(member, queue.name, gpus, gpu_model, cpu, memory_mib,
-                                    replicas)
+                                    replicas, rdma)
                 return ""
             except ValidationError as exc:
                 errors.append(exc)
         if errors:
-            pool = _pool_for(queue.fleet_id, gpus, gpu_model, cpu, memory_mib, replicas)
+            # Pools buy nodes of a GPU type: none of them is known to offer RDMA devices.
+            pool = "" if rdma else _pool_for(queue.fleet_id, gpus, gpu_model, cpu, memory_mib,
+                                             replicas)
             if pool:
                 return pool
             raise errors[0]
-    _check_fits_cluster(queue.cluster, queue.name, gpus, gpu_model, cpu, memory_mib, replicas)
+    _check_fits_cluster(queue.cluster, queue.name, gpus, gpu_model, cpu, memory_mib, replicas,
+                        rdma)
     return ""
 
 
@@ -79,10 +89,13 @@ def _pool_for(fleet_id: int, gpus: int, gpu_model: str, cpu: float, memory_mib: 
 
 
 def _check_fits_cluster(member: Cluster, queue_name: str, gpus: int, gpu_model: str, cpu: float,
-                        memory_mib: int, replicas: int) -> None:
+                        memory_mib: int, replicas: int, rdma: int = 0) -> None:
     cluster = member.name
-    # A cluster never summed up yet (made before capacities were kept) is summed up now.
+    # A cluster never summed up yet (made before capacities were kept, or before they counted
+    # RDMA devices) is summed up now.
     capacity = member.capacity or cluster_refresh_capacity(cluster=member)
+    if rdma and "largest_rdma" not in capacity.get("all", {}):
+        capacity = cluster_refresh_capacity(cluster=member)
     if gpus and gpu_model:
         shape = capacity.get("gpu_models", {}).get(gpu_model)
         if not shape:
@@ -106,6 +119,74 @@ def _check_fits_cluster(member: Cluster, queue_name: str, gpus: int, gpu_model: 
     if memory_mib > shape["memory_mib"]:
         raise ValidationError({"resources.memory_mib": f"{memory_mib} MiB per replica is more "
                                f"than any node of cluster {cluster} has."})
+    if rdma:
+        _check_rdma_fits(member, shape, rdma, replicas)
+
+
+def _check_rdma_fits(member: Cluster, shape: dict, rdma: int, replicas: int) -> None:
+    """RDMA devices per replica, like GPUs: some node must offer that many, and all of them
+    the gang's."""
+    cluster = member.name
+    if not capacity_rdma(member):
+        raise ValidationError({"network.rdma": no_rdma_reason(member)})
+    largest = shape.get("largest_rdma", 0)
+    if rdma > largest:
+        raise ValidationError({"network.rdma": f"{rdma} RDMA devices per replica, but the "
+                               f"largest node of cluster {cluster} that could hold it offers "
+                               f"{largest}."})
+    if rdma * replicas > shape.get("rdma", 0):
+        raise ValidationError({"replicas": f"{replicas} replicas of {rdma} RDMA devices need "
+                               f"{rdma * replicas}; cluster {cluster} has "
+                               f"{shape.get('rdma', 0)}."})
+
+
+def capacity_rdma(member: Cluster) -> int:
+    return int(((member.capacity or {}).get("all") or {}).get("rdma") or 0)
+
+
+def no_rdma_reason(member: Cluster) -> str:
+    """Why the cluster holds no job asking for RDMA devices, in words that say what to do."""
+    why = ""
+    try:
+        driver = driver_for(member)
+    except DriverError:
+        driver = None
+    if driver is not None and not driver.supports(FEATURE_RDMA):
+        why = driver.unsupported[FEATURE_RDMA]
+    else:
+        resource = driver.network_offer().rdma_resource if driver is not None else ""
+        why = (f"no node advertises {resource}" if resource else
+               "it names no RDMA resource (its driver option rdma_resource)")
+    return (f"Cluster {member.name} offers no RDMA devices: {why}; ask for rdma: 0 or submit "
+            "to a cluster that has them.")
+
+
+def _check_network(cluster: Cluster, tenant: Tenant, networks: list[str], rdma: int) -> None:
+    """Refuse at once networks the job's cluster does not offer (naming those it does), and
+    RDMA devices on a driver that cannot hand them out."""
+    if not networks and not rdma:
+        return
+    try:
+        driver = driver_for(cluster)
+    except DriverError:
+        return  # a broken cluster says so when the job is launched
+    if rdma and not driver.supports(FEATURE_RDMA):
+        raise ValidationError({"network.rdma": no_rdma_reason(cluster)})
+    if not networks:
+        return
+    if not driver.supports(FEATURE_NETWORKS):
+        raise ValidationError({"network.attachments": (
+            f"Cluster {cluster.name} attaches no extra networks "
+            f"({driver.unsupported[FEATURE_NETWORKS]}); leave network.attachments empty.")})
+    offer = driver.network_offer()
+    offered = [name for name in offer.attachments
+               if tenant.name in offer.tenants.get(name, (tenant.name,))]
+    unknown = [name for name in networks if name not in offered]
+    if unknown:
+        listed = ", ".join(offered) if offered else "none"
+        raise ValidationError({"network.attachments": (
+            f"Cluster {cluster.name} offers no network {unknown[0]!r} to tenant {tenant.name}; "
+            f"it offers {listed}.")})
 
 
 def _check_cluster_can(cluster: Cluster, *, workdir: Workdir | None) -> None:
@@ -208,13 +289,17 @@ def job_submit(
     labels: dict[str, str] | None = None,
     workdir: Workdir | None = None,
     environment: str = "",
+    rdma_per_replica: int = 0,
+    networks: list[str] | None = None,
 ) -> Job:
     """Queue a job. `secret_env` reaches its processes but is stored encrypted and shown
     nowhere (a notebook's tokens); a `service` runs until stopped, answering on `ports`;
     `mounts` are the data directory's folders its processes may see (the platform's services
     name them; a request never does), and so are `labels`, its workloads' labels. `workdir`
     is the tenant's working folder unpacked as its processes' working directory, and
-    `environment` the cluster's named environment they run in ("": its default)."""
+    `environment` the cluster's named environment they run in ("": its default). Its network:
+    `rdma_per_replica` RDMA devices per replica (placed and counted like GPUs) and the extra
+    `networks` its replicas attach, refused at once where the cluster offers none."""
     require_role(actor, tenant, WRITE_ROLES)
     if queue.tenant_id != tenant.pk or not queue.is_active:
         raise ValidationError({"queue": f"No active queue {queue.name!r} in {tenant.name}."})
@@ -225,8 +310,13 @@ def job_submit(
     if workdir is not None and workdir.tenant_id != tenant.pk:
         # Another tenant's folder is as unknown as a missing one.
         raise ValidationError({"workdir": f"No such working folder in tenant {tenant.name}."})
+    networks = list(networks or [])
+    if isinstance(rdma_per_replica, bool) or not isinstance(rdma_per_replica, int) \
+            or rdma_per_replica < 0:
+        raise ValidationError({"network.rdma": "Give a whole number of RDMA devices >= 0."})
     pool = _check_fits(queue=queue, gpus=gpus_per_replica, gpu_model=gpu_model,
-                       cpu=cpu_per_replica, memory_mib=memory_mib_per_replica, replicas=replicas)
+                       cpu=cpu_per_replica, memory_mib=memory_mib_per_replica, replicas=replicas,
+                       rdma=rdma_per_replica)
     now = timezone.now()
     job = Job(
         tenant=tenant, queue=queue, cluster=queue.cluster, owner=actor, name=name,
@@ -239,7 +329,8 @@ def job_submit(
         service=service, ports=list(ports or []),
         secret_env=encrypt(json.dumps(secret_env)) if secret_env else "",
         mounts=_check_mounts(mounts or []), labels=dict(labels or {}),
-        workdir=workdir, environment=environment,
+        workdir=workdir, environment=environment, rdma_per_replica=rdma_per_replica,
+        networks=networks,
     )
     if queue.fleet_id:
         job_dispatch(job, queue.fleet_id, now, needs=needed_features(job))
@@ -248,6 +339,7 @@ def job_submit(
                             f"{job.dispatch.removeprefix('no cluster can take it: ')}")
     _check_cluster_can(job.cluster, workdir=workdir)
     _check_environment(job.cluster, environment)
+    _check_network(job.cluster, tenant, networks, rdma_per_replica)
     # The foreign keys were resolved above and the database enforces the constraints:
     # checking them again here would cost a query each on every submission.
     job.full_clean(exclude=["tenant", "queue", "cluster", "owner", "rerun_of", "workdir"],
@@ -257,7 +349,9 @@ def job_submit(
                       reason=job.dispatch if queue.fleet_id else job.reason)
     audit_record(actor=actor, action="job.submit", obj=job, tenant=tenant,
                  changes={"queue": queue.name, "gpus": job.gpus, "replicas": replicas,
-                          **({"workdir": workdir.sha256} if workdir else {})})
+                          **({"workdir": workdir.sha256} if workdir else {}),
+                          **({"network": job.network} if networks or rdma_per_replica
+                             else {})})
     request_cycle(job.cluster_id)
     return job
 
@@ -297,4 +391,5 @@ def job_rerun(*, actor, job: Job) -> Job:
         priority=job.priority, max_restarts=job.max_restarts, time_limit_s=job.time_limit_s,
         rerun_of=job, mounts=[DataMount(**mount) for mount in job.mounts], labels=job.labels,
         workdir=job.workdir, environment=job.environment,
+        rdma_per_replica=job.rdma_per_replica, networks=list(job.networks),
     )

@@ -54,12 +54,12 @@ def _ts(moment: datetime | None) -> float:
 PENDING_FIELDS = (
     "id", "queue_id", "reason", "position", "priority", "submitted", "gpus_per_replica",
     "replicas", "cpu_per_replica", "memory_mib_per_replica", "gpu_model", "attained_gpu_s",
-    "excluded_nodes", "not_before", "waited_s", "reserved_nodes",
+    "excluded_nodes", "not_before", "waited_s", "reserved_nodes", "rdma_per_replica",
 )
 RUNNING_FIELDS = (
     "id", "queue_id", "priority", "gpus_per_replica", "replicas", "cpu_per_replica",
     "memory_mib_per_replica", "gpu_model", "placement", "borrowed", "attained_gpu_s",
-    "waited_s", "name", "owner_label",
+    "waited_s", "name", "owner_label", "rdma_per_replica",
 )
 
 
@@ -71,6 +71,7 @@ def _pending_snap(row: dict, tenant: str, queue: str) -> JobSnap:
         memory_mib_per_replica=row["memory_mib_per_replica"], gpu_model=row["gpu_model"],
         attained_gpu_s=row["attained_gpu_s"], excluded_nodes=frozenset(row["excluded_nodes"]),
         not_before=_ts(row["not_before"]), waited_s=row["waited_s"],
+        rdma_per_replica=row["rdma_per_replica"],
     )
 
 
@@ -85,23 +86,28 @@ def _running_snap(row: dict, tenant: str, queue: str, started: datetime | None) 
         placement=tuple(row["placement"]), started_at=_ts(started) or None,
         borrowed=row["borrowed"], attained_gpu_s=row["attained_gpu_s"],
         waited_s=row["waited_s"], display=job_display(row["owner_label"], row["id"], row["name"]),
+        rdma_per_replica=row["rdma_per_replica"],
     )
 
 
-NOTHING_HELD = (0, 0.0, 0)
+NOTHING_HELD = (0, 0.0, 0, 0)
 
 
-def _tenant_snap(quota: Quota, elsewhere: tuple[int, float, int], leased: int) -> TenantSnap:
-    """The tenant's quotas as the core takes them. A CPU or memory quota of 0 means no limit
-    (tenants are made with 0 there, and blocking all their work would help no one); a GPU quota
-    of 0 means no GPUs of its own."""
-    gpus, cpu, memory = elsewhere
+def _tenant_snap(
+    quota: Quota, elsewhere: tuple[int, float, int, int], leased: int
+) -> TenantSnap:
+    """The tenant's quotas as the core takes them. A CPU, memory or RDMA quota of 0 means no
+    limit (tenants are made with 0 there, and blocking all their work would help no one); a GPU
+    quota of 0 means no GPUs of its own."""
+    gpus, cpu, memory, rdma = elsewhere
     return TenantSnap(
         name=quota.tenant.name, gpu_quota=max(0, quota.gpus - gpus - leased),
         gpu_model_limits=dict(quota.gpu_model_limits),
         cpu_quota=float(quota.cpu_cores) if quota.cpu_cores > 0 else None,
         memory_quota_mib=quota.memory_gib * 1024 if quota.memory_gib > 0 else None,
         cpu_held_elsewhere=float(cpu), memory_mib_held_elsewhere=int(memory),
+        rdma_quota=quota.rdma_devices if quota.rdma_devices > 0 else None,
+        rdma_held_elsewhere=int(rdma),
     )
 
 
@@ -118,14 +124,15 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
     # What the tenants' work holds on other clusters: their GPUs within quota, and all their CPU
     # and memory (those quotas are hard: borrowed GPUs' work counts too).
     elsewhere = {
-        tenant_id: (gpus or 0, cpu or 0.0, memory or 0)
-        for tenant_id, gpus, cpu, memory in
+        tenant_id: (gpus or 0, cpu or 0.0, memory or 0, rdma or 0)
+        for tenant_id, gpus, cpu, memory, rdma in
         Job.objects.filter(tenant_id__in=tenant_ids, state__in=ACTIVE_STATES)
         .exclude(cluster=cluster).values("tenant_id")
         .annotate(held_gpus=Sum(F("gpus_per_replica") * F("replicas"), filter=Q(borrowed=False)),
                   held_cpu=Sum(F("cpu_per_replica") * F("replicas")),
-                  held_memory=Sum(F("memory_mib_per_replica") * F("replicas")))
-        .values_list("tenant_id", "held_gpus", "held_cpu", "held_memory")
+                  held_memory=Sum(F("memory_mib_per_replica") * F("replicas")),
+                  held_rdma=Sum(F("rdma_per_replica") * F("replicas")))
+        .values_list("tenant_id", "held_gpus", "held_cpu", "held_memory", "held_rdma")
     }
     # Servers leased whole to a tenant count against its GPU quota too.
     leased = leased_gpus_by_tenant(tenant_ids=tenant_ids, at=now)
@@ -153,11 +160,11 @@ def load_snapshot(cluster: Cluster, now: datetime) -> tuple[Snapshot, dict[int, 
             # GPUs held by work the platform did not start are not the scheduler's to give.
             NodeSnap(name=name, gpus=max(0, gpus - (foreign or 0)), gpu_model=model,
                      cpu_cores=cpu, memory_mib=memory,
-                     schedulable=schedulable and health == NodeHealth.HEALTHY)
-            for name, gpus, model, cpu, memory, schedulable, health, foreign in
+                     schedulable=schedulable and health == NodeHealth.HEALTHY, rdma=rdma)
+            for name, gpus, model, cpu, memory, schedulable, health, foreign, rdma in
             Node.objects.filter(cluster=cluster).values_list(
                 "name", "gpus", "gpu_model", "cpu_cores", "memory_mib", "schedulable", "health",
-                "gpus_foreign")
+                "gpus_foreign", "rdma_devices")
         ),
         tenants=tuple(_tenant_snap(q, elsewhere.get(t, NOTHING_HELD), leased.get(t, 0))
                       for t, q in quotas.items()),

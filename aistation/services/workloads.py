@@ -59,6 +59,7 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
         resources=Resources(
             gpus=job.gpus_per_replica, cpu_cores=job.cpu_per_replica,
             memory_mib=job.memory_mib_per_replica, gpu_model=job.gpu_model,
+            rdma=job.rdma_per_replica,
         ),
         replicas=job.replicas,
         placement=tuple(attempt.placement),
@@ -80,4 +81,5 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
                           for m in job.mounts),
         secret_env=secrets,
         time_limit_s=job.time_limit_s,
+        networks=tuple(job.networks),
     )

@@ -293,4 +293,5 @@ def test_a_job_too_big_for_the_cluster_fits_once_a_node_sync_brings_bigger_nodes
     assert cycle(farm).started == [job.pk]
     assert farm.cluster.capacity["gpu_models"]["H200"] == {
         "nodes": 1, "gpus": 16, "largest_gpus": 16,
-        "cpu_cores": farm.fake.options["cpu_cores"], "memory_mib": farm.fake.options["memory_mib"]}
+        "cpu_cores": farm.fake.options["cpu_cores"], "memory_mib": farm.fake.options["memory_mib"],
+        "rdma": 0, "largest_rdma": 0}

@@ -99,4 +99,4 @@ def test_the_quota_form_and_page_say_that_0_cores_and_0_gib_mean_no_limit(signed
     assert "0: no memory limit" in form.fields["memory_gib"].help_text
     quota_update(actor=world.operator, quota=world.alpha.quota, cpu_cores=0, memory_gib=0)
     page = signed_in(world.alpha_member).get(reverse("frontend:quotas")).content.decode()
-    assert page.count("no limit") == 2
+    assert page.count("no limit") == 3  # CPU cores, memory and RDMA devices

@@ -15,7 +15,14 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from frontend.access import console_access, current_tenant
-from frontend.allocations import Held, Usage, cpu_usage, memory_usage, node_allocations
+from frontend.allocations import (
+    Held,
+    Usage,
+    cpu_usage,
+    memory_usage,
+    node_allocations,
+    rdma_usage,
+)
 from frontend.forms import ClusterCreateForm, add_service_errors
 from frontend.lists import list_response
 from frontend.responses import safe_next, wants_partial
@@ -67,6 +74,7 @@ class NodeCard:
     allocated: int
     cpu: Usage
     memory: Usage
+    rdma: Usage
 
     @property
     def free(self) -> int:
@@ -90,7 +98,8 @@ def cluster_detail(request, name: str):
     cards = []
     for node in nodes:
         here = held.get((cluster.pk, node.name), Held())
-        cards.append(NodeCard(node, here.gpus, cpu_usage(node, here), memory_usage(node, here)))
+        cards.append(NodeCard(node, here.gpus, cpu_usage(node, here), memory_usage(node, here),
+                              rdma_usage(node, here)))
     total = sum(node.gpus for node in nodes)
     allocated = sum(min(card.allocated, card.node.gpus) for card in cards)
     context = {
@@ -105,6 +114,8 @@ def cluster_detail(request, name: str):
                      sum(card.cpu.total for card in cards)),
         "memory": Usage(sum(card.memory.allocated for card in cards),
                         sum(card.memory.total for card in cards)),
+        "rdma": Usage(sum(card.rdma.allocated for card in cards),
+                      sum(card.rdma.total for card in cards)),
     }
     if wants_partial(request):
         template = "frontend/clusters/nodes.html"

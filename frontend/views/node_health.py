@@ -16,7 +16,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from frontend.allocations import Held, cpu_usage, memory_usage, node_allocations
+from frontend.allocations import Held, cpu_usage, memory_usage, node_allocations, rdma_usage
 from frontend.charts_podsys import time_lines_svg
 from frontend.responses import wants_partial
 from infra_os.access import require_platform_admin
@@ -186,7 +186,8 @@ def node_detail(request, name: str, pk: int):
     part = request.GET.get("part", "") if wants_partial(request) else ""
     held = node_allocations([cluster.pk]).get((cluster.pk, node.name), Held())
     context = {"cluster": cluster, "node": node, "gpus_held": held.gpus,
-               "cpu": cpu_usage(node, held), "memory": memory_usage(node, held)}
+               "cpu": cpu_usage(node, held), "memory": memory_usage(node, held),
+               "rdma": rdma_usage(node, held)}
     if part == "health":
         template = "frontend/podsys/nodes/health.html"
         context |= _health_context(node)

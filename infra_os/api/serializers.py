@@ -40,14 +40,18 @@ class UserBriefSerializer(serializers.ModelSerializer):
 # quotas of 0 mean no limit, as tenants are made with 0 there.
 CPU_QUOTA_HELP = "CPU cores its jobs may hold at once, on all clusters; 0: no CPU limit."
 MEMORY_QUOTA_HELP = "GiB of memory its jobs may hold at once, on all clusters; 0: no memory limit."
+RDMA_QUOTA_HELP = ("RDMA devices its jobs may hold at once (network.rdma times replicas), on all "
+                   "clusters; 0: no RDMA limit.")
 QUOTA_HELP = {"cpu_cores": {"help_text": CPU_QUOTA_HELP},
-              "memory_gib": {"help_text": MEMORY_QUOTA_HELP}}
+              "memory_gib": {"help_text": MEMORY_QUOTA_HELP},
+              "rdma_devices": {"help_text": RDMA_QUOTA_HELP}}
 
 
 class QuotaBriefSerializer(serializers.ModelSerializer):
     class Meta:
         model = Quota
-        fields = ["gpus", "cpu_cores", "memory_gib", "storage_gib", "gpu_model_limits"]
+        fields = ["gpus", "cpu_cores", "memory_gib", "storage_gib", "rdma_devices",
+                  "gpu_model_limits"]
         extra_kwargs = QUOTA_HELP
 
 
@@ -133,7 +137,7 @@ class QuotaSerializer(serializers.ModelSerializer):
     class Meta:
         model = Quota
         fields = [
-            "id", "tenant", "gpus", "cpu_cores", "memory_gib", "storage_gib",
+            "id", "tenant", "gpus", "cpu_cores", "memory_gib", "storage_gib", "rdma_devices",
             "gpu_model_limits", "updated_at",
         ]
         extra_kwargs = QUOTA_HELP
@@ -145,6 +149,8 @@ class QuotaUpdateSerializer(serializers.Serializer):
     memory_gib = serializers.IntegerField(min_value=0, required=False,
                                           help_text=MEMORY_QUOTA_HELP)
     storage_gib = serializers.IntegerField(min_value=0, required=False)
+    rdma_devices = serializers.IntegerField(min_value=0, required=False,
+                                            help_text=RDMA_QUOTA_HELP)
     gpu_model_limits = serializers.DictField(
         child=serializers.IntegerField(min_value=0), required=False,
         help_text='GPUs allowed per GPU model, e.g. {"H100": 8}; each at most `gpus`.',

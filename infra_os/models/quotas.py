@@ -14,6 +14,9 @@ class Quota(TimeStampedModel):
     cpu_cores = models.PositiveIntegerField(default=0)
     memory_gib = models.PositiveIntegerField(default=0)
     storage_gib = models.PositiveIntegerField(default=0)
+    # RDMA devices (a cluster's RDMA resource) its jobs may hold at once, on all clusters;
+    # 0: no limit, like CPU and memory.
+    rdma_devices = models.PositiveIntegerField(default=0)
     gpu_model_limits = models.JSONField(default=dict, blank=True)
 
     class Meta:

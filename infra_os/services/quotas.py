@@ -5,7 +5,8 @@ from infra_os.models import Quota
 from infra_os.services.audit import audit_record
 from ogai.models import assign_changes
 
-QUOTA_FIELDS = ("gpus", "cpu_cores", "memory_gib", "storage_gib", "gpu_model_limits")
+QUOTA_FIELDS = ("gpus", "cpu_cores", "memory_gib", "storage_gib", "rdma_devices",
+                "gpu_model_limits")
 
 
 @transaction.atomic

@@ -68,6 +68,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "taints",
             "gpus_in_use",
             "gpus_foreign",
+            "rdma_devices",
+            "rdma_in_use",
             "health",
             "health_reason",
             "schedulable",

@@ -24,6 +24,9 @@ FEATURE_GPU_MODEL = "gpu_model"
 FEATURE_SANDBOX = "sandbox"
 # A job's working folder (`Workload.workdir_archive`) reaches its processes.
 FEATURE_WORKDIR = "workdir"
+# RDMA devices (`Resources.rdma`) and extra networks (`Workload.networks`) for a job's replicas.
+FEATURE_RDMA = "rdma"
+FEATURE_NETWORKS = "networks"
 
 # What a workload is to others, as a label the platform sets (never a request): a model
 # server's pods admit its model clients (an evaluation scoring its endpoint), where a cluster
@@ -66,6 +69,10 @@ class NodeInfo:
     gpus_foreign: int | None = None
     # Where it is reached (Ansible, metrics scrapes), where the cluster says: an IP or a name.
     address: str = ""
+    # RDMA devices it offers jobs (`Resources.rdma` counts against them like GPUs), and those
+    # held by anything where the cluster says (None: only the platform uses them).
+    rdma: int = 0
+    rdma_allocated: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class Resources:
     cpu_cores: float = 1.0
     memory_mib: int = 1024
     gpu_model: str = ""
+    # RDMA devices per replica (the cluster's RDMA resource), on its node like GPUs.
+    rdma: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,9 @@ class Workload:
     # The job's wall-clock limit, for drivers whose cluster enforces one itself (Slurm's
     # `--time`); the platform enforces it everywhere else. None: no limit.
     time_limit_s: int | None = None
+    # The cluster's extra networks each replica attaches to (names from the cluster's
+    # `networks` option), in order; RDMA devices are in `resources.rdma`.
+    networks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -198,6 +210,27 @@ class DriverError(Exception):
 
 
 @dataclass(frozen=True)
+class NetworkOffer:
+    """What a cluster offers jobs besides compute: the extra networks they may attach (their
+    names; `tenants` keeps some to the tenants it names) and, in words, how its nodes advertise
+    RDMA devices ("rdma/rdma_shared_device_a"; "" where it offers none). How many devices each
+    node has is `NodeInfo.rdma`."""
+
+    attachments: tuple[str, ...] = ()
+    rdma_resource: str = ""
+    tenants: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def network_names(options: dict) -> list[str]:
+    """The names of the networks a cluster's `networks` option offers: the keys of an object
+    (Kubernetes: each with its NetworkAttachmentDefinition) or the items of a list."""
+    networks = options.get("networks") or {}
+    if isinstance(networks, dict | list):
+        return [str(name) for name in networks]
+    return []
+
+
+@dataclass(frozen=True)
 class ConnectionReport:
     """What a connection check found: `message` in plain words for the operator, `details` as
     plain values (a server version, what is installed)."""
@@ -250,6 +283,22 @@ class ClusterDriver(ABC):
         the cluster's retention; return how many. Drivers whose workloads leave nothing behind
         do nothing."""
         return 0
+
+    def network_offer(self) -> NetworkOffer:
+        """The networks jobs may attach and the RDMA resource, from the cluster's `networks`
+        and `rdma_resource` options (the Kubernetes driver's, see `kube_networks`); drivers
+        that offer them otherwise say so here."""
+        networks = self.options.get("networks") or {}
+        tenants = {}
+        if isinstance(networks, dict):
+            for name, spec in networks.items():
+                listed = spec.get("tenants") if isinstance(spec, dict) else None
+                if isinstance(listed, list) and listed:
+                    tenants[str(name)] = tuple(str(t) for t in listed)
+        resource = self.options.get("rdma_resource")
+        return NetworkOffer(attachments=tuple(network_names(self.options)),
+                            rdma_resource=resource if isinstance(resource, str) else "",
+                            tenants=tenants)
 
     def environments(self) -> list[EnvironmentInfo]:
         """The named environments a job may ask for (`Workload.environment`), the default

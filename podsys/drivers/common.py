@@ -20,6 +20,18 @@ from podsys.drivers.base import (
 _WORKLOAD_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+def network_summary(workload: Workload) -> str:
+    """The network a workload asks for, in words: "attachments ib, roce; 2 RDMA devices per
+    replica", or "default network only"."""
+    parts = []
+    if workload.networks:
+        parts.append(f"attachments {', '.join(workload.networks)}")
+    if workload.resources.rdma:
+        count = workload.resources.rdma
+        parts.append(f"{count} RDMA device{'' if count == 1 else 's'} per replica")
+    return "; ".join(parts) or "default network only"
+
+
 def is_valid_workload_id(workload_id: str) -> bool:
     return bool(_WORKLOAD_ID.match(workload_id))
 

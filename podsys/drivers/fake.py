@@ -29,16 +29,19 @@ from podsys.drivers.base import (
     ClusterDriver,
     DriverError,
     EnvironmentInfo,
+    NetworkOffer,
     NodeInfo,
     Phase,
     ReplicaStatus,
     Workload,
     WorkloadStatus,
+    network_names,
 )
 from podsys.drivers.common import (
     check_workload_id,
     exit_reason,
     missing,
+    network_summary,
     summarize,
     tail_lines,
 )
@@ -61,6 +64,8 @@ DEFAULTS: dict[str, Any] = {
     "cpu_cores": 64,
     "memory_mib": 524288,
     "default_duration_s": None,
+    # RDMA devices each node offers (0: none), and the extra networks jobs may attach.
+    "rdma_per_node": 0,
 }
 
 
@@ -76,6 +81,8 @@ class _Node:
     ready: bool = True
     schedulable: bool = True
     allocated: int = 0
+    rdma: int = 0
+    rdma_allocated: int = 0
     # (workload id, replica index) of the replicas running here: what a lost node takes down.
     running: set[tuple[str, int]] = field(default_factory=set)
 
@@ -92,6 +99,8 @@ class _Node:
             ready=self.ready,
             schedulable=self.schedulable,
             reason=reason,
+            rdma=self.rdma,
+            rdma_allocated=self.rdma_allocated if self.rdma else None,
         )
 
 
@@ -101,6 +110,7 @@ class _Replica:
     node: str
     gpus: int
     ended_at: float | None = None
+    rdma: int = 0
     exit_code: int | None = None
     reason: str = ""
     log: list[str] = field(default_factory=list)
@@ -211,6 +221,7 @@ class FakeCluster:
         if node is not None and (workload_id, replica.index) in node.running:
             node.running.discard((workload_id, replica.index))
             node.allocated -= replica.gpus
+            node.rdma_allocated -= replica.rdma
 
     # Nodes ---------------------------------------------------------------------------------
 
@@ -225,6 +236,7 @@ class FakeCluster:
         names: list[str] | None = None,
         cpu_cores: float | None = None,
         memory_mib: int | None = None,
+        rdma: int | None = None,
     ) -> list[str]:
         """Add `count` ready nodes, named `names` (a cloud node joins under its provider's
         name) or numbered on from the last one; returns their names."""
@@ -254,6 +266,7 @@ class FakeCluster:
                     memory_mib=int(self.options["memory_mib"] if memory_mib is None
                                    else memory_mib),
                     labels=dict(labels or {}),
+                    rdma=int(self.options.get("rdma_per_node") or 0) if rdma is None else rdma,
                 )
                 added.append(name)
             return added
@@ -419,8 +432,9 @@ class FakeCluster:
             self._check_launch(workload)
             duration = _duration(workload, self.options["default_duration_s"])
             exit_code = _exit_code(workload)
-            gpus = workload.resources.gpus
-            replicas = [_Replica(i, node, gpus) for i, node in enumerate(workload.placement)]
+            gpus, rdma = workload.resources.gpus, workload.resources.rdma
+            replicas = [_Replica(i, node, gpus, rdma=rdma)
+                        for i, node in enumerate(workload.placement)]
             ends_at = None if duration is None else self.now + duration
             self._workloads[workload.id] = _Workload(
                 workload, self.now, ends_at, exit_code, replicas
@@ -428,6 +442,7 @@ class FakeCluster:
             for replica in replicas:
                 node = self._nodes[replica.node]
                 node.allocated += gpus
+                node.rdma_allocated += rdma
                 node.running.add((workload.id, replica.index))
             if ends_at is not None:
                 heapq.heappush(self._endings, (ends_at, workload.id))
@@ -444,6 +459,11 @@ class FakeCluster:
                 f"{len(workload.placement)} placements: one node per replica is required"
             )
         wanted = workload.resources.gpu_model
+        offered = network_names(self.options)
+        unknown = [name for name in workload.networks if name not in offered]
+        if unknown:
+            raise DriverError(f"fake cluster {self.name} offers no network {unknown[0]!r}; it "
+                              f"offers {', '.join(offered) or 'none'}")
         for name, count in Counter(workload.placement).items():
             node = self._node(name)
             if not node.ready:
@@ -458,6 +478,13 @@ class FakeCluster:
                 raise DriverError(
                     f"workload {workload.id} needs {needed} GPUs on {name}; "
                     f"{free} of {node.gpus} are free"
+                )
+            needed = count * workload.resources.rdma
+            free = node.rdma - node.rdma_allocated
+            if needed > free:
+                raise DriverError(
+                    f"workload {workload.id} needs {needed} RDMA devices on {name}; "
+                    f"{free} of {node.rdma} are free"
                 )
 
     def status(self, workload_id: str) -> WorkloadStatus:
@@ -540,9 +567,10 @@ def reset_fake_clusters() -> None:
 
 class FakeDriver(ClusterDriver):
     """Options (used when the cluster is first created): `nodes`, `gpus_per_node`, `gpu_model`,
-    `gpu_memory_mib`, `cpu_cores`, `memory_mib`, `default_duration_s`; and `environments`
-    ({name: where}, read each time: the named environments jobs may ask for, none by
-    default)."""
+    `gpu_memory_mib`, `cpu_cores`, `memory_mib`, `rdma_per_node` (RDMA devices each node
+    offers), `default_duration_s`; and, read each time, `environments` ({name: where}: the named
+    environments jobs may ask for, none by default) and `networks` (the names of the extra
+    networks jobs may attach, a list or the keys of an object; none by default)."""
 
     unsupported: dict[str, str] = {}
 
@@ -577,9 +605,15 @@ class FakeDriver(ClusterDriver):
         return [EnvironmentInfo(name=str(name), where=str(where))
                 for name, where in offered.items()]
 
+    def network_offer(self) -> NetworkOffer:
+        return NetworkOffer(attachments=tuple(network_names(self.options)),
+                            rdma_resource="fake RDMA devices (option rdma_per_node)")
+
     def render(self, workload: Workload) -> str:
-        """The workload as the driver gets it, as YAML (secrets by name only)."""
+        """The workload as the driver gets it, as YAML (secrets by name only), with the
+        network it asks for."""
         shown = dataclasses.asdict(workload)
+        shown["network"] = network_summary(workload)
         shown["secret_env"] = dict.fromkeys(workload.secret_env, "(secret: set at launch)")
         # Through JSON, so tuples read as lists and YAML needs no Python tags.
         return yaml.safe_dump(json.loads(json.dumps(shown)), sort_keys=False)

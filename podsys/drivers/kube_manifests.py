@@ -33,6 +33,21 @@ import yaml
 
 from podsys.drivers.base import DataMount, Resources, Volume, Workload
 from podsys.drivers.common import check_workload_id
+from podsys.drivers.kube_networks import (
+    KIND_RDMA,
+    MULTUS_ANNOTATION,
+    NAMESPACE_KIND_LABEL,
+    RDMA_PSA_LABELS,
+    Attachment,
+    check_rdma_pod,
+    check_rdma_resource,
+    chosen,
+    multus_annotation,
+    nccl_env,
+    parse_networks,
+    rdma_container_context,
+    rdma_namespace,
+)
 from podsys.drivers.kube_security import (
     PSA_LABELS,
     check_cidr,
@@ -89,7 +104,7 @@ _MAX_DNS_LABEL = 63
 _MAX_LABEL_PREFIX = 253
 _OPTION_TYPES: dict[str, type] = {
     "str": str, "int": int, "bool": bool, "dict[str, str]": dict, "list[str]": list,
-    "list[int]": list,
+    "list[int]": list, "dict[str, dict]": dict,
 }
 
 
@@ -135,6 +150,11 @@ class KubeOptions:
     # job that names neither gets ("" = `default_image`).
     environments: dict[str, str] = field(default_factory=dict)
     default_environment: str = ""
+    # Extra networks jobs may attach ({name: {"definition": "namespace/name", "interface":
+    # "net1", "hcas": ["mlx5_0"], "tenants": [...]}}, see `kube_networks`), and the extended
+    # resource the nodes advertise their RDMA devices as ("" = none).
+    networks: dict[str, dict] = field(default_factory=dict)
+    rdma_resource: str = ""
 
     def __post_init__(self) -> None:
         # Types first: options come from configuration, where "29500" or "yes" slip in easily.
@@ -177,6 +197,13 @@ class KubeOptions:
             _check_label_value(self.kueue_queue, "cluster option 'kueue_queue'")
         self._check_security()
         self._check_environments()
+        parse_networks(self.networks)
+        check_rdma_resource(self.rdma_resource)
+
+    @property
+    def attachments(self) -> dict[str, Attachment]:
+        """The `networks` option, parsed (it was checked when these options were built)."""
+        return parse_networks(self.networks)
 
     def _check_environments(self) -> None:
         for name, image in self.environments.items():
@@ -261,26 +288,51 @@ def namespace_for(tenant: str, opts: KubeOptions) -> str:
     return name
 
 
-def namespace_labels(tenant: str) -> dict[str, str]:
-    """Ours, and the Pod Security level: a namespace that lacks one of them gets it patched."""
+def namespace_labels(tenant: str, rdma: bool = False) -> dict[str, str]:
+    """Ours, and the Pod Security level: a namespace that lacks one of them gets it patched.
+    The tenant's RDMA namespace (`rdma`) enforces `privileged`, warns and audits `restricted`
+    and says what it is (see `kube_networks`)."""
     _check_label_value(tenant, "tenant")
+    if rdma:
+        return {MANAGED_BY: MANAGED_BY_VALUE, TENANT_LABEL: tenant,
+                NAMESPACE_KIND_LABEL: KIND_RDMA, **RDMA_PSA_LABELS}
     return {MANAGED_BY: MANAGED_BY_VALUE, TENANT_LABEL: tenant, **PSA_LABELS}
 
 
-def namespace_object(tenant: str, opts: KubeOptions) -> dict:
+def rdma_namespace_for(tenant: str, opts: KubeOptions) -> str:
+    """The tenant's second namespace, for its pods that hold RDMA devices."""
+    return rdma_namespace(namespace_for(tenant, opts))
+
+
+def wants_rdma_namespace(workload: Workload) -> bool:
+    return workload.resources.rdma > 0
+
+
+def workload_namespace(workload: Workload, opts: KubeOptions) -> str:
+    """Where the workload's objects go: its tenant's namespace, or the tenant's RDMA namespace
+    for a workload that holds RDMA devices."""
+    tenant = tenant_of(workload)
+    if wants_rdma_namespace(workload):
+        return rdma_namespace_for(tenant, opts)
+    return namespace_for(tenant, opts)
+
+
+def namespace_object(tenant: str, opts: KubeOptions, rdma: bool = False) -> dict:
+    name = rdma_namespace_for(tenant, opts) if rdma else namespace_for(tenant, opts)
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": namespace_for(tenant, opts), "labels": namespace_labels(tenant)},
+        "metadata": {"name": name, "labels": namespace_labels(tenant, rdma)},
     }
 
 
-def tenant_policies(tenant: str, opts: KubeOptions) -> list[dict]:
-    """The NetworkPolicies of the tenant's namespace as a whole (default deny, DNS, the
-    platform), made when the namespace is ensured."""
+def tenant_policies(tenant: str, opts: KubeOptions, rdma: bool = False) -> list[dict]:
+    """The NetworkPolicies of the tenant's namespace (or its RDMA namespace) as a whole
+    (default deny, DNS, the platform), made when the namespace is ensured."""
     _check_label_value(tenant, "tenant")
     labels = {MANAGED_BY: MANAGED_BY_VALUE, TENANT_LABEL: tenant}
-    return namespace_policies(namespace_for(tenant, opts), labels, opts)
+    name = rdma_namespace_for(tenant, opts) if rdma else namespace_for(tenant, opts)
+    return namespace_policies(name, labels, opts)
 
 
 def workload_labels(workload: Workload) -> dict[str, str]:
@@ -328,7 +380,7 @@ def shm_size(resources: Resources, opts: KubeOptions) -> str:
     return opts.shm_size or f"{max(resources.memory_mib // 2, MIN_SHM_MIB)}Mi"
 
 
-def _resources(resources: Resources) -> dict:
+def _resources(resources: Resources, opts: KubeOptions) -> dict:
     amounts = {
         "cpu": cpu_quantity(resources.cpu_cores),
         "memory": memory_quantity(resources.memory_mib),
@@ -338,11 +390,24 @@ def _resources(resources: Resources) -> dict:
     if resources.gpus:
         # Extended resources cannot be overcommitted: requests must equal limits.
         amounts[GPU] = str(resources.gpus)
+    if resources.rdma:
+        amounts[_rdma_resource(resources, opts)] = str(resources.rdma)
     # Requests equal limits: the pod is Guaranteed, so it is the last to be evicted.
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _gang_resources(workload: Workload) -> dict[str, str]:
+def _rdma_resource(resources: Resources, opts: KubeOptions) -> str:
+    """The cluster's RDMA resource, for a replica that asks for RDMA devices."""
+    if isinstance(resources.rdma, bool) or not isinstance(resources.rdma, int) \
+            or resources.rdma < 0:
+        raise ValueError(f"rdma must be a whole number of devices >= 0, not {resources.rdma!r}")
+    if not opts.rdma_resource:
+        raise ValueError("the cluster offers no RDMA devices: set its 'rdma_resource' option "
+                         "(e.g. 'rdma/rdma_shared_device_a') or ask for rdma: 0")
+    return opts.rdma_resource
+
+
+def _gang_resources(workload: Workload, opts: KubeOptions) -> dict[str, str]:
     """What the whole gang needs at once, for Volcano to admit all replicas or none."""
     res = workload.resources
     total = {
@@ -351,6 +416,8 @@ def _gang_resources(workload: Workload) -> dict[str, str]:
     }
     if res.gpus:
         total[GPU] = str(res.gpus * workload.replicas)
+    if res.rdma:
+        total[_rdma_resource(res, opts)] = str(res.rdma * workload.replicas)
     return total
 
 
@@ -382,6 +449,10 @@ def _env(workload: Workload, namespace: str, opts: KubeOptions) -> list[dict]:
         platform["RANK"] = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_LABEL}']"}}
     if workload.checkpoint_dir and "OGAI_CHECKPOINT_DIR" not in workload.env:
         platform["OGAI_CHECKPOINT_DIR"] = workload.checkpoint_dir
+    # NCCL's interfaces and HCAs from the attachments, unless the job tunes them itself.
+    for name, value in nccl_env(_attachments(workload, opts), workload.resources.rdma).items():
+        if name not in workload.env and name not in workload.secret_env:
+            platform[name] = value
     env: list[dict] = []
     if "PYTHONUNBUFFERED" not in workload.env:
         env.append({"name": "PYTHONUNBUFFERED", "value": "1"})  # logs stream as the job runs
@@ -402,6 +473,13 @@ def _env(workload: Workload, namespace: str, opts: KubeOptions) -> list[dict]:
         else:
             env.append({"name": name, "value": value})
     return env
+
+
+def _attachments(workload: Workload, opts: KubeOptions) -> list[Attachment]:
+    """The networks the workload attaches, as the cluster's options define them."""
+    if not workload.networks:
+        return []
+    return chosen(tuple(workload.networks), opts.attachments, tenant_of(workload))
 
 
 def _claim_path(path: str, opts: KubeOptions) -> str:
@@ -606,9 +684,12 @@ def _container(workload: Workload, namespace: str, opts: KubeOptions) -> tuple[d
     elif workload.run_dir:
         container["workingDir"] = workload.run_dir
     container["env"] = _env(workload, namespace, opts)
-    container["resources"] = _resources(workload.resources)
+    container["resources"] = _resources(workload.resources, opts)
     container["volumeMounts"] = mounts
     container["securityContext"] = container_security_context()
+    if workload.resources.rdma:
+        # Registering memory with the HCA pins it: IPC_LOCK, and nothing else (`kube_networks`).
+        container["securityContext"] = rdma_container_context(container["securityContext"])
     if workload.service:
         container["ports"] = [
             {"name": _port_name(port), "containerPort": port, "protocol": "TCP"}
@@ -649,14 +730,22 @@ def pod_spec(workload: Workload, namespace: str, opts: KubeOptions) -> dict:
         spec["schedulerName"] = VOLCANO
     if opts.image_pull_secret:
         spec["imagePullSecrets"] = [{"name": opts.image_pull_secret}]
+    if workload.resources.rdma:
+        check_rdma_pod(spec)
     return spec
 
 
 def _pod_template(workload: Workload, namespace: str, opts: KubeOptions, labels: dict) -> dict:
     metadata: dict[str, Any] = {"labels": dict(labels)}
+    annotations: dict[str, str] = {}
     if opts.scheduler == VOLCANO:
         # Volcano finds a plain Job's PodGroup through this annotation on its pods.
-        metadata["annotations"] = {VOLCANO_GROUP_ANNOTATION: workload.id}
+        annotations[VOLCANO_GROUP_ANNOTATION] = workload.id
+    attachments = _attachments(workload, opts)
+    if attachments:
+        annotations[MULTUS_ANNOTATION] = multus_annotation(attachments)
+    if annotations:
+        metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": pod_spec(workload, namespace, opts)}
 
 
@@ -698,12 +787,13 @@ def headless_service(workload: Workload, namespace: str, labels: dict, opts: Kub
     }
 
 
-def pod_group(workload: Workload, namespace: str, labels: dict) -> dict:
+def pod_group(workload: Workload, namespace: str, labels: dict, opts: KubeOptions) -> dict:
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
         "metadata": _metadata(workload.id, namespace, labels),
-        "spec": {"minMember": workload.replicas, "minResources": _gang_resources(workload)},
+        "spec": {"minMember": workload.replicas,
+                 "minResources": _gang_resources(workload, opts)},
     }
 
 
@@ -800,7 +890,7 @@ def workload_objects(workload: Workload, opts: KubeOptions) -> list[dict]:
     NetworkPolicy come first, so no pod ever starts without its environment or its peers."""
     _check_shape(workload)
     labels = workload_labels(workload)
-    namespace = namespace_for(tenant_of(workload), opts)
+    namespace = workload_namespace(workload, opts)
     objects = []
     if workload.secret_env:
         objects.append(secret_object(workload, namespace, labels))
@@ -815,7 +905,7 @@ def workload_objects(workload: Workload, opts: KubeOptions) -> list[dict]:
     # PodGroup before the Job, so Volcano never sees the Job's pods without their gang.
     objects.append(headless_service(workload, namespace, labels, opts))
     if opts.scheduler == VOLCANO:
-        objects.append(pod_group(workload, namespace, labels))
+        objects.append(pod_group(workload, namespace, labels, opts))
     objects.append(job_object(workload, namespace, labels, opts))
     return objects
 

@@ -41,6 +41,8 @@ from podsys.drivers import local_environments, processes, sandbox
 from podsys.drivers.base import (
     FEATURE_IMAGES,
     FEATURE_MULTI_NODE,
+    FEATURE_NETWORKS,
+    FEATURE_RDMA,
     FEATURE_SANDBOX,
     ClusterDriver,
     DriverError,
@@ -57,6 +59,7 @@ from podsys.drivers.common import (
     finished_replica,
     is_valid_workload_id,
     missing,
+    network_summary,
     summarize,
     tail_lines,
 )
@@ -75,6 +78,8 @@ VANISHED = "the process vanished without an exit code"
 KILL_WAIT_S = 5.0
 POLL_S = 0.05
 INVENTORY_TTL_S = 30.0
+# Where the kernel lists the host's RDMA devices (InfiniBand and RoCE HCAs).
+RDMA_DEVICE_DIR = "/sys/class/infiniband"
 # Workloads whose result the platform records as they end (health checks, by this label): their
 # folders are deleted this long after they finished; a job's stay, its logs with them.
 EPHEMERAL_LABEL = "ogai.io/health-check"
@@ -255,12 +260,17 @@ class LocalDriver(ClusterDriver):
     sandboxes see read-only), `gpu_device_dir` (where the GPUs' device files are, default
     /dev), `environments` (named Python environments jobs may ask for: {name: venv or conda
     prefix}; `platform`, the platform's own, is always there) and `default_environment` (the
-    one a job that names none runs in; default `platform`)."""
+    one a job that names none runs in; default `platform`), `rdma_device_dir` (where the
+    host's RDMA devices are listed, default /sys/class/infiniband: jobs may ask for RDMA only
+    where it lists some) and `rdma_char_dir` (their device files, default /dev/infiniband, bound
+    into the sandbox of a job that asks for RDMA)."""
 
     unsupported = {
         FEATURE_MULTI_NODE: "the local driver runs every replica on this machine",
         FEATURE_IMAGES: "the local driver runs commands in the local environment; "
         "images are ignored",
+        FEATURE_NETWORKS: "the local driver runs jobs on this machine's own network; it "
+        "attaches no extra networks",
     }
 
     def __init__(self, *, cluster: str, options: dict | None = None) -> None:
@@ -280,6 +290,11 @@ class LocalDriver(ClusterDriver):
         self.sandbox_refusal = _sandbox_refusal(self.bwrap)
         if self.sandbox_refusal:
             self.unsupported = {**self.unsupported, FEATURE_SANDBOX: self.sandbox_refusal}
+        self.rdma_device_dir = Path(str(self.options.get("rdma_device_dir")
+                                        or RDMA_DEVICE_DIR))
+        if not self._rdma_devices():
+            self.unsupported = {**self.unsupported, FEATURE_RDMA: (
+                f"this machine has no RDMA devices (none in {self.rdma_device_dir})")}
         # A bad option is said now, by name, not at the first launch.
         local_environments.configured(self.options)
 
@@ -328,6 +343,13 @@ class LocalDriver(ClusterDriver):
             return GpuInventory(int(self.options["gpus"]), model, found.memory_mib, found.minors)
         return found
 
+    def _rdma_devices(self) -> list[str]:
+        """The host's RDMA devices (HCAs such as mlx5_0), as the kernel lists them."""
+        try:
+            return sorted(entry.name for entry in self.rdma_device_dir.iterdir())
+        except OSError:
+            return []
+
     def nodes(self) -> list[NodeInfo]:
         gpus = self._gpus()
         return [
@@ -338,6 +360,7 @@ class LocalDriver(ClusterDriver):
                 gpu_memory_mib=gpus.memory_mib,
                 cpu_cores=float(os.cpu_count() or 1),
                 memory_mib=memory_mib(),
+                rdma=len(self._rdma_devices()),
             )
         ]
 
@@ -383,6 +406,17 @@ class LocalDriver(ClusterDriver):
         if workload.workdir_archive and not Path(workload.workdir_archive).is_file():
             raise DriverError(f"workload {workload.id}: its working folder's archive "
                               f"{workload.workdir_archive} is missing")
+        if workload.networks:
+            raise DriverError(f"workload {workload.id}: cluster {self.cluster} cannot attach "
+                              f"networks ({self.unsupported[FEATURE_NETWORKS]})")
+        if workload.resources.rdma > 0:
+            if not self.supports(FEATURE_RDMA):
+                raise DriverError(f"workload {workload.id} asks for RDMA devices: "
+                                  f"{self.unsupported[FEATURE_RDMA]}")
+            found = len(self._rdma_devices())
+            if workload.resources.rdma > found:
+                raise DriverError(f"workload {workload.id} asks for {workload.resources.rdma} "
+                                  f"RDMA devices per replica; this machine has {found}")
 
     def _allocate(self, workload: Workload) -> list[list[int]]:
         """GPU indices for each replica, from those no running workload holds."""
@@ -536,6 +570,9 @@ class LocalDriver(ClusterDriver):
         minors = [gpus.minors[i] if i < len(gpus.minors) else i
                   for i in state["replicas"][index]["gpus"]]
         box.devices = sandbox.gpu_devices(minors, str(self.options.get("gpu_device_dir", "/dev")))
+        if workload.resources.rdma > 0:
+            box.devices += sandbox.rdma_devices(
+                str(self.options.get("rdma_char_dir", "/dev/infiniband")))
         writable = {state["cwd"], *([workload.checkpoint_dir] if workload.checkpoint_dir else [])}
         mounts = [(path, False) for path in sorted(writable)]
         mounts += [(m.path, m.read_only) for m in workload.data_mounts if m.path not in writable]
@@ -677,6 +714,8 @@ class LocalDriver(ClusterDriver):
             "resources": {"cpu_cores": workload.resources.cpu_cores,
                           "memory_mib": workload.resources.memory_mib,
                           "gpus": workload.resources.gpus},
+            "network": {"asked": network_summary(workload),
+                        "rdma_devices_here": self._rdma_devices()},
             "gpus": {"per_replica": workload.resources.gpus,
                      "node_has": gpus.devices, "model": gpus.model or None,
                      "handed_out": "at launch, from those free then, as CUDA_VISIBLE_DEVICES"},

@@ -227,6 +227,16 @@ def gpu_devices(minors: Iterable[int], device_dir: str = "/dev") -> list[str]:
             if os.path.exists(Path(device_dir) / name)]
 
 
+def rdma_devices(device_dir: str = "/dev/infiniband") -> list[str]:
+    """The RDMA device files (uverbs*, rdma_cm, umad*, issm*) a job holding RDMA devices needs:
+    the verbs API opens them. A local job shares the host's HCAs; the scheduler counts them."""
+    folder = Path(device_dir)
+    try:
+        return sorted(str(entry) for entry in folder.iterdir() if not entry.is_dir())
+    except OSError:
+        return []
+
+
 def passwd_lines(uid: int, user: str, home: str) -> tuple[str, str]:
     """/etc/passwd and /etc/group for the sandbox: root, nobody and the tenant's user, so
     programs that look their user up (getpass, torch's caches, ssh) find one."""

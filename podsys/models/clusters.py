@@ -87,6 +87,10 @@ class Node(TimeStampedModel):
     # Of those, held by work the platform did not start (a user's own `sbatch`), where the
     # driver tells them apart; the scheduler places around them.
     gpus_foreign = models.PositiveIntegerField(null=True, blank=True)
+    # RDMA devices it offers jobs (the cluster's RDMA resource: an InfiniBand/RoCE HCA's shared
+    # device or SR-IOV functions), and those held by anything where the cluster reports it.
+    rdma_devices = models.PositiveIntegerField(default=0)
+    rdma_in_use = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["cluster__name", "name"]

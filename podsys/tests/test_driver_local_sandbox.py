@@ -335,3 +335,23 @@ def test_sigterm_to_a_sandboxed_supervisor_alone_reaches_its_command(driver, dat
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{supervisor}") or \
         Path(f"/proc/{supervisor}/stat").read_text().split()[2] == "Z"
+
+
+def test_only_a_job_holding_rdma_devices_sees_their_device_files(make_driver, tmp_path):
+    # Stand-ins for a host with one HCA (this one has none): its sysfs entry and device files.
+    listed, devices = tmp_path / "infiniband-class", tmp_path / "infiniband"
+    (listed / "mlx5_0").mkdir(parents=True)
+    devices.mkdir()
+    for name in ("uverbs0", "rdma_cm"):
+        (devices / name).write_text(name)
+    driver = make_driver(rdma_device_dir=str(listed), rdma_char_dir=str(devices))
+    code = f"""
+    import json, os
+    print(json.dumps(sorted(os.listdir({str(devices)!r}))
+                     if os.path.isdir({str(devices)!r}) else None))
+    """
+    held = report(driver, driver.launch(tenant_workload("rdma-1", code,
+                                                        resources=Resources(rdma=1))))
+    plain = report(driver, driver.launch(tenant_workload("rdma-0", code)))
+    assert held == ["rdma_cm", "uverbs0"]
+    assert plain is None
