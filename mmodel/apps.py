@@ -9,6 +9,11 @@ class MmodelConfig(AppConfig):
         from ylink.signals import training_run_succeeded
 
         training_run_succeeded.connect(_serve_demo_model, dispatch_uid="mmodel.demo_serve")
+        # YLink's pipeline steps that name a registry model (hap) find its folder here.
+        from mmodel.selectors.registry import model_version_path
+        from ylink.callbacks import model_path_resolver_set
+
+        model_path_resolver_set(model_version_path)
 
     def seed_demo(self, *, stdout) -> None:
         from mmodel.services.demo import demo_seed

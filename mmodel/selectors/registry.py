@@ -40,6 +40,25 @@ def imports_for(user, tenant: Tenant | None = None) -> QuerySet[ModelImport]:
     return imports
 
 
+def model_version_path(*, actor, tenant: Tenant, reference: str) -> str:
+    """The folder of model version `reference` ("name:vN") of `tenant`, if `actor` may see it
+    and it is ready: what YLink's steps that name a model run on (see ylink.callbacks).
+    Raises ylink.callbacks.ModelNotFound saying why not."""
+    from mmodel import storage
+    from mmodel.choices import VersionStatus
+    from ylink.callbacks import ModelNotFound
+
+    name, _, number = reference.rpartition(":v")
+    if not name or not number.isdigit():
+        raise ModelNotFound(f"'{reference}' is not a model version; write name:vN")
+    version = versions_for(actor, tenant).filter(model__name=name, number=int(number)).first()
+    if version is None:
+        raise ModelNotFound(f"{tenant.name} has no model version {reference}")
+    if version.status != VersionStatus.READY or not version.artifact_path:
+        raise ModelNotFound(f"model version {reference} is {version.status}, not ready")
+    return str(storage.absolute(version.artifact_path))
+
+
 class _Graph:
     def __init__(self) -> None:
         self.nodes: dict[str, dict] = {}
