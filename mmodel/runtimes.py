@@ -67,10 +67,12 @@ class ServerSpec:
 @dataclass(frozen=True)
 class ServeTarget:
     """What to serve: a folder of weights, and a LoRA adapter folder on top of it for runtimes
-    that apply adapters themselves (vLLM)."""
+    that apply adapters themselves (vLLM); `attach`: an adapter that is never merged (a tuned
+    prompt), which the transformers runtime loads on its base itself."""
 
     folder: Path
     adapter: Path | None = None
+    attach: bool = False
 
 
 def runs_locally(cluster_driver: str) -> bool:
@@ -135,21 +137,33 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
            # A CUDA image shows every GPU of the node unless told otherwise.
            **({} if gpus else {"CUDA_VISIBLE_DEVICES": ""})}
     if runtime == Runtime.VLLM:
+        if target.attach:
+            raise ValueError("vLLM cannot serve prompt-tuning adapters")
         return _vllm(target, name=name, host=host, port=port, gpus=gpus, images=images,
                      env=env)
-    if target.adapter is not None:
-        raise ValueError("transformers serves adapters merged into their base (mmodel.merge)")
+    if target.adapter is not None and not target.attach:
+        raise ValueError("transformers serves LoRA adapters merged into their base "
+                         "(mmodel.merge)")
     # An image has transformers but not the platform: the launcher goes as its source text.
     launcher = [sys.executable, "-m", serve_transformers.__name__] if local else \
         ["python", "-c", _launcher_source()] if images else \
         ["python", "-m", serve_transformers.__name__]
+    if target.attach and target.adapter is not None:
+        # The launcher loads the adapter folder as PEFT's model on its base (the base's folder,
+        # as adapter_config.json names it). Continuous batching runs the base model's forward
+        # alone, which would drop the prompt: generate() prepends it.
+        served = target.adapter
+        batching = [serve_transformers.ATTACH_FLAG]
+    else:
+        served = target.folder
+        batching = ["--continuous-batching",
+                    *_kv_cache_args(target.folder, gpus=gpus, memory_mib=memory_mib)]
     command = [*launcher,
-               "serve", str(target.folder), "--host", host, "--port", port_arg,
-               "--device", "cuda" if gpus else "cpu", "--continuous-batching",
-               *_kv_cache_args(target.folder, gpus=gpus, memory_mib=memory_mib),
+               "serve", str(served), "--host", host, "--port", port_arg,
+               "--device", "cuda" if gpus else "cpu", *batching,
                "--log-level", "warning"]
     # transformers serve names the model by the path it was given.
-    return ServerSpec(command=command, port=port, served_model=str(target.folder),
+    return ServerSpec(command=command, port=port, served_model=str(served),
                       key_env=serve_transformers.KEY_ENV,
                       image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
 

@@ -16,6 +16,8 @@ class TrainingKind(models.TextChoices):
     PRETRAIN = "pretrain", "Pretraining"
     SFT = "sft", "Full fine-tune (SFT)"
     LORA = "lora", "LoRA fine-tune"
+    PROMPT_TUNING = "prompt_tuning", "Prompt tuning"
+    MULTITASK_PROMPT_TUNING = "multitask_prompt_tuning", "Multi-task prompt tuning"
 
 
 class RunState(models.TextChoices):

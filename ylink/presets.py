@@ -15,7 +15,10 @@ GIB = 1024**3
 MIB = 1024**2
 
 ARCHITECTURES = ("gpt2", "llama")
-KINDS = ("tokenizer", "pretrain", "sft", "lora")
+KINDS = ("tokenizer", "pretrain", "sft", "lora", "prompt_tuning", "multitask_prompt_tuning")
+# Kinds that train a small PEFT adapter on a frozen base (its replicas use DDP, never FSDP).
+ADAPTER_KINDS = ("lora", "prompt_tuning", "multitask_prompt_tuning")
+PROMPT_TUNING_KINDS = ("prompt_tuning", "multitask_prompt_tuning")
 PRECISIONS = ("auto", "fp32", "bf16")
 DISTRIBUTED = ("auto", "none", "ddp", "fsdp")
 GRADIENT_CHECKPOINTING = ("auto", "on", "off")
@@ -187,6 +190,24 @@ def estimate_lora_parameters(
     return total * shape.layers
 
 
+def estimate_prompt_tuning_parameters(
+    architecture: str,
+    preset: str | dict,
+    num_virtual_tokens: int,
+    *,
+    num_tasks: int = 0,
+    num_ranks: int = 1,
+) -> int:
+    """Trainable parameters of a tuned prompt (PEFT's PromptEmbedding): one embedding of the
+    model's width per virtual token; the multi-task variant (num_tasks > 0) adds per task a
+    rank-`num_ranks` factorisation, tokens x ranks and ranks x width."""
+    d = shape_of(architecture, preset).hidden
+    total = num_virtual_tokens * d
+    if num_tasks:
+        total += num_tasks * num_virtual_tokens * num_ranks + num_tasks * num_ranks * d
+    return total
+
+
 def _preset_context(preset: str | dict) -> int:
     if isinstance(preset, dict):
         return int(preset.get("context_length", 1024))
@@ -234,7 +255,7 @@ def training_memory(
     gradient over the vocabulary.
     """
     trainable = parameters if kind in ("pretrain", "sft") else (trainable_parameters or 0)
-    if kind == "lora" and trainable_parameters is None:
+    if kind in ADAPTER_KINDS and trainable_parameters is None:
         trainable = max(1, parameters // 100)
     shards = max(1, shards)
     weights = 4 * parameters // shards
@@ -291,6 +312,7 @@ def check_fits(
     lora_r: int = 8,
     lora_target_modules: list[str] | None = None,
     gradient_checkpointing: str = "auto",
+    prompt_tuning: dict | None = None,
 ) -> None:
     """Raise FitError when the training cannot fit the resources asked for; return None if it can.
 
@@ -317,6 +339,13 @@ def check_fits(
         trainable = (
             estimate_lora_parameters(architecture, preset, lora_r, lora_target_modules)
             if preset is not None else None
+        )
+    if kind in PROMPT_TUNING_KINDS and preset is not None:
+        settings = prompt_tuning or {}
+        trainable = estimate_prompt_tuning_parameters(
+            architecture, preset, settings.get("num_virtual_tokens", 8),
+            num_tasks=len(settings.get("tasks") or ["?"]) if kind != "prompt_tuning" else 0,
+            num_ranks=settings.get("num_ranks", 1),
         )
     checkpointing = uses_gradient_checkpointing(gradient_checkpointing, parameters)
     wanted_precision = "bf16" if gpus and precision in ("auto", "bf16") else "fp32"
@@ -401,6 +430,7 @@ class Field:
     max: float | None = None
     choices: tuple[str, ...] = ()
     nullable: bool = False
+    items: str = "module names"  # what a "list" holds, for its error message
 
 
 TRAINING_FIELDS: dict[str, Field] = {
@@ -444,6 +474,27 @@ LORA_FIELDS: dict[str, Field] = {
     "target_modules": Field("list", None, "module names to adapt; default per architecture "
                             "(gpt2: c_attn, llama: q_proj, v_proj)", nullable=True),
 }
+PROMPT_TUNING_INITS = ("random", "text", "sample_vocab", "average_source_tasks",
+                       "exact_source_task", "only_source_shared")
+# Initialisations that start from a source run's multi-task prompt (stage 2 of the recipe).
+SOURCE_INITS = ("average_source_tasks", "exact_source_task", "only_source_shared")
+PROMPT_TUNING_FIELDS: dict[str, Field] = {
+    "num_virtual_tokens": Field("int", 8, "virtual tokens prepended to every input", 1, 4096),
+    "init": Field("choice", "random", "how the prompt starts: random, text (init_text's "
+                  "token embeddings), sample_vocab (prompt_tuning only), or from a source "
+                  "multi-task prompt: average_source_tasks, exact_source_task, "
+                  "only_source_shared (multitask_prompt_tuning only)",
+                  choices=PROMPT_TUNING_INITS),
+    "init_text": Field("str", None, "text whose tokens start the prompt (init text)",
+                       nullable=True),
+    "num_ranks": Field("int", 1, "multitask: rank of each task's factors", 1, 1024),
+    "tasks": Field("list", None, "multitask: task names in task-id order; default: the "
+                   "dataset's metadata.task values, sorted", nullable=True, items="task names"),
+    "source_adapter_path": Field("path", None, "multitask: the source run's adapter folder "
+                                 "for the source inits", nullable=True),
+    "source_task": Field("str", None, "multitask, init exact_source_task: the source task "
+                         "to start from", nullable=True),
+}
 DATA_FIELDS: dict[str, Field] = {
     "path": Field("path", None, "absolute path of the dataset version directory"),
     "format": Field("choice", None, "jsonl (documents) or tokens (packed shards)",
@@ -454,15 +505,18 @@ SECTIONS_BY_KIND: dict[str, tuple[str, ...]] = {
     "pretrain": ("model", "training"),
     "sft": ("training",),
     "lora": ("lora", "training"),
+    "prompt_tuning": ("prompt_tuning", "training"),
+    "multitask_prompt_tuning": ("prompt_tuning", "training"),
 }
 SECTION_FIELDS = {
     "training": TRAINING_FIELDS, "model": MODEL_FIELDS, "tokenizer": TOKENIZER_FIELDS,
-    "lora": LORA_FIELDS,
+    "lora": LORA_FIELDS, "prompt_tuning": PROMPT_TUNING_FIELDS,
 }
 TOP_LEVEL_KEYS = ("run", "kind", "data", "output_dir", "tokenizer", "model", "base_model_path",
-                  "lora", "training")
+                  "lora", "prompt_tuning", "training")
 DATA_FORMAT_BY_KIND = {"tokenizer": "jsonl", "pretrain": "tokens", "sft": "jsonl",
-                       "lora": "jsonl"}
+                       "lora": "jsonl", "prompt_tuning": "jsonl",
+                       "multitask_prompt_tuning": "jsonl"}
 
 
 def _check_value(field: Field, value: Any) -> tuple[Any, str | None]:
@@ -494,11 +548,15 @@ def _check_value(field: Field, value: Any) -> tuple[Any, str | None]:
         if not os.path.isabs(value):
             return None, "must be an absolute path"
         return value, None
+    elif kind == "str":
+        if not isinstance(value, str) or not value.strip():
+            return None, "must be a non-empty string"
+        return value, None
     elif kind == "list":
         if not isinstance(value, list) or not value or not all(
             isinstance(item, str) and item for item in value
         ):
-            return None, "must be null or a non-empty list of module names"
+            return None, f"must be null or a non-empty list of {field.items}"
         return list(value), None
     if field.min is not None and value < field.min:
         return None, _bounds(field)
@@ -531,11 +589,42 @@ def _check_section(
     return out
 
 
+def _check_prompt_tuning(kind: str, settings: dict[str, Any], errors: dict[str, str]) -> None:
+    init = settings.get("init")
+    if init is None or "prompt_tuning.init" in errors:
+        return
+    if kind == "prompt_tuning":
+        if init not in ("random", "text", "sample_vocab"):
+            errors["prompt_tuning.init"] = (
+                f"init {init} starts from a source multi-task prompt: it is for kind "
+                "multitask_prompt_tuning; prompt_tuning uses random, text or sample_vocab")
+        for name in ("tasks", "source_adapter_path", "source_task"):
+            if settings.get(name) is not None:
+                errors[f"prompt_tuning.{name}"] = "only for kind multitask_prompt_tuning"
+    elif init == "sample_vocab":
+        errors["prompt_tuning.init"] = ("multitask_prompt_tuning starts from random, text or a "
+                                        "source prompt, not sample_vocab")
+    if init == "text" and not settings.get("init_text"):
+        errors["prompt_tuning.init_text"] = "init text needs the text to start from"
+    if init in SOURCE_INITS and not settings.get("source_adapter_path"):
+        errors["prompt_tuning.source_adapter_path"] = (
+            f"init {init} needs the source run's adapter folder")
+    if init not in SOURCE_INITS and settings.get("source_adapter_path"):
+        errors["prompt_tuning.source_adapter_path"] = (
+            f"only read by the source inits ({', '.join(SOURCE_INITS)}), not {init}")
+    if init == "exact_source_task" and not settings.get("source_task"):
+        errors["prompt_tuning.source_task"] = "init exact_source_task needs the source task"
+    tasks = settings.get("tasks")
+    if tasks and len(set(tasks)) != len(tasks):
+        errors["prompt_tuning.tasks"] = "names a task twice"
+
+
 def validate_train_spec(spec: Any) -> dict[str, Any]:
     """The spec with defaults filled in, or SpecError naming every problem at once.
 
     Only the sections the kind uses are kept (tokenizer: `tokenizer`; pretrain: `model`,
-    `training`; sft: `training`; lora: `lora`, `training`); others may be present and are dropped.
+    `training`; sft: `training`; lora: `lora`, `training`; prompt_tuning and
+    multitask_prompt_tuning: `prompt_tuning`, `training`); others may be present and are dropped.
     """
     if not isinstance(spec, dict):
         raise SpecError({"spec": "must be a JSON object"})
@@ -563,18 +652,20 @@ def validate_train_spec(spec: Any) -> dict[str, Any]:
 
     for section in SECTIONS_BY_KIND[kind]:
         out[section] = _check_section(section, SECTION_FIELDS[section], spec.get(section), errors)
-    if kind in ("sft", "lora"):
+    if kind in ("sft", *ADAPTER_KINDS):
         base, problem = _check_value(Field("path", None, ""), spec.get("base_model_path"))
         if problem:
             errors["base_model_path"] = problem
         out["base_model_path"] = base
 
     training = out.get("training")
-    if kind == "lora" and training and training["distributed"] == "fsdp":
+    if kind in ADAPTER_KINDS and training and training["distributed"] == "fsdp":
         errors["training.distributed"] = (
-            "lora trains with ddp (the frozen base is replicated on each replica); "
+            f"{kind} trains with ddp (the frozen base is replicated on each replica); "
             "choose auto or ddp"
         )
+    if kind in PROMPT_TUNING_KINDS and "prompt_tuning" in out:
+        _check_prompt_tuning(kind, out["prompt_tuning"], errors)
     if errors:
         raise SpecError(errors)
     return out

@@ -1,9 +1,10 @@
 """Turning an uploaded corpus into a document dataset version's files, streaming.
 
-Accepted: JSONL (one object per line with a `text` field; `prompt` and `response` for an
-instruction dataset), plain text (one document per file), or a zip of those. Everything is
-checked while it streams into a staging folder: the first problem raises `UploadError` naming
-the file and line, and the caller removes the folder, so nothing half-written stays behind.
+Accepted: JSONL (one object per line with a `text` field; `prompt` and `response`, and an
+optional `task`, for an instruction dataset), plain text (one document per file), or a zip of
+those. Everything is checked while it streams into a staging folder: the first problem raises
+`UploadError` naming the file and line, and the caller removes the folder, so nothing
+half-written stays behind.
 """
 
 import json
@@ -89,8 +90,15 @@ def _fields(obj, where: str, dataset_kind: str) -> dict:
             if not isinstance(obj.get(key), str) or not obj[key].strip():
                 raise UploadError(f"{where}: an instruction dataset needs a non-empty string "
                                   f"'{key}' on every line.")
-        return {"text": f"{obj['prompt']}\n{obj['response']}", "prompt": obj["prompt"],
-                "response": obj["response"]}
+        fields = {"text": f"{obj['prompt']}\n{obj['response']}", "prompt": obj["prompt"],
+                  "response": obj["response"]}
+        task = obj.get("task")  # optional: multi-task prompt tuning trains a prompt per task
+        if task is not None:
+            if not isinstance(task, str) or not task.strip() or len(task) > 200:
+                raise UploadError(f"{where}: 'task' must be a non-empty string of at most 200 "
+                                  "characters (or absent).")
+            fields["task"] = task
+        return fields
     text = obj.get("text")
     if not isinstance(text, str):
         raise UploadError(f"{where}: no string field 'text'.")

@@ -21,6 +21,7 @@ from infra_os.api.viewsets import ScopedViewSet
 from mmodel.choices import DeploymentState, Runtime
 from mmodel.models import Deployment, DeploymentReplica, ModelVersion
 from mmodel.selectors.deployments import (
+    deployment_serving,
     deployment_state,
     deployment_stats,
     deployment_waiting_reason,
@@ -105,11 +106,15 @@ class DeploymentSerializer(serializers.ModelSerializer):
         help_text="Why a replica's job still waits for the scheduler, naming what is scarce and "
                   "who holds it; empty when none waits.")
     replica_set = ReplicaSerializer(many=True, read_only=True)
+    serving = serializers.SerializerMethodField(
+        help_text="How an adapter version is served by the runtime (merged or attached), in "
+                  "words; empty for a plain model.")
 
     class Meta:
         model = Deployment
         fields = ["id", "name", "tenant", "model", "version", "version_label", "queue",
-                  "runtime", "state", "waiting_reason", "replicas", "gpus_per_replica", "gpu_model",
+                  "runtime", "serving", "state", "waiting_reason", "replicas",
+                  "gpus_per_replica", "gpu_model",
                   "cpu_per_replica", "memory_mib_per_replica", "idle_timeout_s", "active",
                   "scaled_to_zero", "last_request_at", "replica_set", "created_by",
                   "created_at", "updated_at"]
@@ -120,6 +125,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     def get_waiting_reason(self, deployment) -> str:
         return deployment_waiting_reason(deployment)
+
+    def get_serving(self, deployment) -> str:
+        return deployment_serving(deployment)
 
 
 class DeploymentStatSerializer(serializers.Serializer):

@@ -12,6 +12,7 @@ from infra_os.models import Tenant
 from mmodel.choices import DeploymentState
 from mmodel.gateway.stats import percentile
 from mmodel.models import Deployment, DeploymentReplica, DeploymentStat
+from mmodel.services.adapters import adapter_serving
 
 
 def deployments_for(user, tenant: Tenant | None = None) -> QuerySet[Deployment]:
@@ -64,3 +65,9 @@ def deployment_stats(deployment: Deployment, since: datetime) -> list[dict]:
         "latency_ms_p50": percentile(row.latency_buckets, 0.5) if row.requests else None,
         "latency_ms_p99": percentile(row.latency_buckets, 0.99) if row.requests else None,
     } for row in rows]
+
+
+def deployment_serving(deployment: Deployment) -> str:
+    """How its runtime serves the version, in words: an adapter merged or attached ("" for a
+    plain model)."""
+    return adapter_serving(deployment.version, deployment.runtime)

@@ -30,7 +30,9 @@ from mmodel.models.registry import model_name
 from mmodel.runtimes import ServeTarget, check_runtime, server_spec
 from mmodel.services.adapters import (
     FAILED,
+    PROMPT_SERVING,
     is_adapter,
+    is_prompt_adapter,
     merge_state,
     merged_folder,
 )
@@ -55,6 +57,12 @@ class NoActor(Exception):
 # -- checks ----------------------------------------------------------------------------------------
 
 
+def _check_runtime_serves(version: ModelVersion, runtime: str) -> None:
+    if runtime == Runtime.VLLM and is_prompt_adapter(version):
+        raise ValidationError({"runtime": f"{version.label} is a tuned prompt: {PROMPT_SERVING}. "
+                               "Deploy it with the transformers runtime."})
+
+
 def _check_version(version: ModelVersion, tenant: Tenant) -> None:
     if version.model.tenant_id != tenant.pk:
         raise ValidationError({"version": f"No model version {version.pk} in {tenant.name}."})
@@ -64,7 +72,7 @@ def _check_version(version: ModelVersion, tenant: Tenant) -> None:
     if is_adapter(version):
         base = version.base_version
         if base is None or base.status != VersionStatus.READY:
-            raise ValidationError({"version": f"{version.label} is a LoRA adapter whose base "
+            raise ValidationError({"version": f"{version.label} is an adapter whose base "
                                    "model version is missing or not ready."})
 
 
@@ -104,6 +112,9 @@ def serve_target(deployment: Deployment) -> tuple[ServeTarget | None, str]:
     if not is_adapter(version):
         return ServeTarget(artifact_folder(version)), ""
     assert version.base_version is not None  # checked when deployed
+    if is_prompt_adapter(version):  # never merged: the transformers runtime attaches it
+        return ServeTarget(artifact_folder(version.base_version),
+                           adapter=artifact_folder(version), attach=True), ""
     if deployment.runtime == Runtime.VLLM:
         return ServeTarget(artifact_folder(version.base_version),
                            adapter=artifact_folder(version)), ""
@@ -128,6 +139,7 @@ def _request_merge(version: ModelVersion) -> None:
 
 def _needs_merge(deployment: Deployment) -> bool:
     return (is_adapter(deployment.version) and deployment.runtime == Runtime.TRANSFORMERS
+            and not is_prompt_adapter(deployment.version)
             and not merge_state(deployment.version)[0])
 
 
@@ -243,6 +255,7 @@ def deployment_create(*, actor, tenant: Tenant, name: str, version: ModelVersion
     _check_replicas(replicas)
     _check_resources(gpus=gpus_per_replica, cpu=cpu_per_replica,
                      memory_mib=memory_mib_per_replica, idle_timeout_s=idle_timeout_s)
+    _check_runtime_serves(version, runtime)
     check_runtime(runtime, queue.cluster.driver)
     _check_capacity(queue, replicas=replicas, gpus=gpus_per_replica)
     deployment = Deployment.objects.create(
@@ -313,6 +326,7 @@ def deployment_start(*, actor, deployment: Deployment) -> Deployment:
             else "running"
         raise ValidationError({"state": f"Deployment {deployment.name} is {state}."})
     _check_version(deployment.version, deployment.tenant)
+    _check_runtime_serves(deployment.version, deployment.runtime)
     check_runtime(deployment.runtime, deployment.queue.cluster.driver)
     if _needs_merge(deployment):
         _request_merge(deployment.version)

@@ -26,7 +26,7 @@ from mmodel.choices import BenchmarkKind, EvaluationTarget, Runtime, VersionStat
 from mmodel.models import Benchmark, Deployment, EvaluationRun, ModelVersion
 from mmodel.models.registry import model_name
 from mmodel.runners.lm_tasks import write_tasks
-from mmodel.services.adapters import is_adapter
+from mmodel.services.adapters import is_adapter, single_task_prompt
 from mmodel.services.deployments import deployment_api_key
 from podsys.drivers.base import ROLE_LABEL, ROLE_MODEL_CLIENT
 from ylink.choices import FINAL_RUN_STATES
@@ -311,7 +311,8 @@ def evaluation_start(*, actor, tenant: Tenant, version: ModelVersion,
         model_args = {"pretrained": str(base or folder), "device": "cuda" if gpus else "cpu",
                       "dtype": "auto" if gpus else "float32"}
         if base is not None:
-            model_args["peft"] = str(folder)
+            # lm-eval passes no task ids: a multi-task prompt is scored as its first task's.
+            model_args["peft"] = str(single_task_prompt(version))
         if gpus > 1:
             model_args["parallelize"] = True  # the layers spread over the GPUs
         runtime = ""
@@ -339,6 +340,8 @@ def evaluation_start(*, actor, tenant: Tenant, version: ModelVersion,
     run.save(update_fields=["spec", "folder", "updated_at"])
     # The weights (or the tokenizer an endpoint is scored with) and the benchmarks' files.
     reads = [str(folder), *([str(base)] if base is not None else []),
+             *([model_args["peft"]] if model_args.get("peft") not in (None, str(folder))
+               else []),
              *(str(storage.absolute(b.data_path).parent) for b in chosen)]
     _launch(actor=actor, run=run, spec=run.spec, queue=queue, gpus=gpus,
             memory_mib=memory_mib, reads=reads,

@@ -16,6 +16,7 @@ from infra_os.services.audit import audit_record
 from ylink import storage
 from ylink.models import Checkpoint, PipelineRun, TrainingMetric, TrainingRun
 from ylink.services.pipelines import pipeline_run_finish, pipeline_run_record_steps
+from ylink.services.training import training_runs_after
 from ylink.signals import training_run_succeeded
 
 
@@ -125,6 +126,8 @@ def runner_events_apply(*, job: Job, events: list[dict]) -> int:
     if training is not None and changed:
         training.save(update_fields=[*sorted(changed), "updated_at"])
         if "succeeded" in changed:
+            # Runs that waited for this one (a recipe's next stage) start now.
+            training_runs_after(run=training)
             run = training
             transaction.on_commit(lambda: training_run_succeeded.send(TrainingRun, run=run))
     return len(events)

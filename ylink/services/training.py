@@ -1,9 +1,12 @@
-"""Training runs (tokenizer, pretraining, SFT, LoRA): the spec checked and sized against the
-GPUs asked for before anything starts, then one job; progress comes from the runner."""
+"""Training runs (tokenizer, pretraining, SFT, LoRA, prompt tuning): the spec checked and sized
+against the GPUs asked for before anything starts, then one job; progress comes from the runner.
+A run may wait for another (`after_run`, a recipe's next stage): it gets its job once that one
+succeeds."""
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Min
+from django.http import Http404
 
 from aistation.models import Queue
 from aistation.services.jobs import job_cancel
@@ -14,7 +17,7 @@ from podsys.models import Node
 from ylink import storage
 from ylink.choices import FINAL_RUN_STATES, DatasetKind, TrainingKind, VersionFormat
 from ylink.models import DatasetVersion, TrainingRun
-from ylink.presets import FitError, SpecError, check_fits, validate_train_spec
+from ylink.presets import ADAPTER_KINDS, FitError, SpecError, check_fits, validate_train_spec
 from ylink.services.launch import run_launch
 
 MAX_REPLICAS = 1024
@@ -29,7 +32,7 @@ def _check_inputs(kind: str, version: DatasetVersion, base_run: TrainingRun | No
     if kind != TrainingKind.PRETRAIN and version.format != VersionFormat.JSONL:
         raise ValidationError({"dataset_version": f"A {kind} run reads documents; {version} "
                                "holds token shards."})
-    if kind in (TrainingKind.SFT, TrainingKind.LORA):
+    if kind in (TrainingKind.SFT, *ADAPTER_KINDS):
         if version.dataset.kind != DatasetKind.INSTRUCTION:
             raise ValidationError({"dataset_version": (
                 f"Fine-tuning needs an instruction dataset (prompt and response); "
@@ -83,8 +86,12 @@ def training_run_start(*, actor, dataset_version: DatasetVersion, queue: Queue, 
                        name: str = "", base_run: TrainingRun | None = None,
                        model: dict | None = None, tokenizer: dict | None = None,
                        lora: dict | None = None, training: dict | None = None,
+                       prompt_tuning: dict | None = None,
                        gpus: int = 0, gpu_model: str = "", replicas: int = 1, cpu: float = 1.0,
-                       memory_mib: int = 4096, max_restarts: int = 3) -> TrainingRun:
+                       memory_mib: int = 4096, max_restarts: int = 3,
+                       after_run: TrainingRun | None = None) -> TrainingRun:
+    """Start a run now, or (with `after_run`) create it waiting: its job is submitted when
+    that run succeeds (`training_runs_after`)."""
     tenant = dataset_version.dataset.tenant
     require_role(actor, tenant, WRITE_ROLES)
     if kind not in TrainingKind.values:
@@ -102,7 +109,8 @@ def training_run_start(*, actor, dataset_version: DatasetVersion, queue: Queue, 
         raise ValidationError({"resources.gpus" if gpus else "replicas":
                                "A tokenizer trains in one process on CPUs."})
     _check_inputs(kind, dataset_version, base_run, tenant.pk)
-    sections = {"model": model, "tokenizer": tokenizer, "lora": lora, "training": training}
+    sections = {"model": model, "tokenizer": tokenizer, "lora": lora, "training": training,
+                "prompt_tuning": prompt_tuning}
     # Validated once before the run exists (a bad spec leaves nothing behind), then again with
     # the real output folder.
     spec = build_spec(kind=kind, version=dataset_version, base_run=base_run,
@@ -126,33 +134,122 @@ def training_run_start(*, actor, dataset_version: DatasetVersion, queue: Queue, 
                 parameters=base_run.parameters if base_run else None,
                 lora_r=lora_spec.get("r", 8),
                 lora_target_modules=lora_spec.get("target_modules"),
+                prompt_tuning=spec.get("prompt_tuning"),
             )
         except FitError as error:
             raise ValidationError({error.field: error.message}) from None
     run = TrainingRun.objects.create(
         tenant=tenant, created_by=actor, name=name or f"{dataset_version.dataset.name}-{kind}",
         kind=kind, dataset_version=dataset_version, base_run=base_run, spec={}, gpus=gpus,
-        replicas=replicas,
+        replicas=replicas, after_run=after_run,
     )
     folder = storage.run_folder("training-runs", run.pk, run.created_at)
     run.spec = build_spec(kind=kind, version=dataset_version, base_run=base_run,
                           output_dir=str(folder / "output"), sections=sections)
     run.total_steps = (run.spec.get("training") or {}).get("max_steps", 0)
-    run.save(update_fields=["spec", "total_steps"])
-    run_launch(actor=actor, run=run, kind="training-runs", module="ylink.runners.train",
-               spec=run.spec, queue=queue, replicas=replicas, gpus=gpus, gpu_model=gpu_model,
-               cpu=cpu, memory_mib=memory_mib, max_restarts=max_restarts,
-               reads=(run.spec["data"]["path"], run.spec.get("base_model_path")))
+    launch: dict = {"queue": queue.pk, "gpu_model": gpu_model, "cpu": cpu,
+                    "memory_mib": memory_mib, "max_restarts": max_restarts}
+    if after_run is not None:
+        if after_run.tenant_id != tenant.pk:
+            raise ValidationError({"after_run": f"No training run {after_run.pk} in "
+                                   f"{tenant.name}."})
+        run.pending_launch = launch
+        run.folder = storage.relative(folder)
+    run.save(update_fields=["spec", "total_steps", "pending_launch", "folder"])
+    if after_run is None:
+        _launch(actor=actor, run=run, queue=queue, gpu_model=gpu_model, cpu=cpu,
+                memory_mib=memory_mib, max_restarts=max_restarts)
     audit_record(actor=actor, action="training_run.start", obj=run, tenant=tenant,
                  changes={"kind": kind, "version": str(dataset_version), "gpus": gpus,
                           "replicas": replicas})
     return run
 
 
+def _launch(*, actor, run: TrainingRun, queue: Queue, gpu_model: str, cpu: float,
+            memory_mib: int, max_restarts: int) -> None:
+    settings = run.spec.get("prompt_tuning") or {}
+    run_launch(actor=actor, run=run, kind="training-runs", module="ylink.runners.train",
+               spec=run.spec, queue=queue, replicas=run.replicas, gpus=run.gpus,
+               gpu_model=gpu_model, cpu=cpu, memory_mib=memory_mib, max_restarts=max_restarts,
+               reads=(run.spec["data"]["path"], run.spec.get("base_model_path"),
+                      settings.get("source_adapter_path")))
+
+
+def training_runs_after(*, run: TrainingRun) -> list[TrainingRun]:
+    """Submit the jobs of the runs that waited for `run` (it has just succeeded), as their
+    creator. Called inside the transaction that records the result; a run that cannot start
+    (its creator's role is gone, its queue removed) says why instead of failing that one."""
+    started = []
+    for waiting in TrainingRun.objects.select_for_update().filter(after_run=run, job=None,
+                                                                  succeeded=False):
+        launch: dict = waiting.pending_launch or {}
+        try:
+            with transaction.atomic():
+                actor = waiting.created_by
+                if actor is None:
+                    raise ValidationError("its creator is gone")
+                require_role(actor, waiting.tenant, WRITE_ROLES)
+                queue = Queue.objects.get(pk=int(launch.get("queue") or 0),
+                                          tenant=waiting.tenant)
+                _launch(actor=actor, run=waiting, queue=queue,
+                        gpu_model=launch.get("gpu_model", ""), cpu=launch.get("cpu", 1.0),
+                        memory_mib=launch.get("memory_mib", 4096),
+                        max_restarts=launch.get("max_restarts", 3))
+                audit_record(actor=actor, action="training_run.start", obj=waiting,
+                             tenant=waiting.tenant,
+                             changes={"kind": waiting.kind, "after_run": run.pk})
+        except (ValidationError, PermissionDenied, Http404, Queue.DoesNotExist) as error:
+            why = "; ".join(getattr(error, "messages", None) or [str(error)])
+            waiting.message = f"not started after training run {run.pk}: {why}"[:2000]
+            waiting.save(update_fields=["message", "updated_at"])
+            continue
+        started.append(waiting)
+    return started
+
+
 @transaction.atomic
 def training_run_cancel(*, actor, run: TrainingRun) -> TrainingRun:
     require_role(actor, run.tenant, WRITE_ROLES)
+    if run.waiting_for is not None and run.state not in FINAL_RUN_STATES:
+        # No job yet: it will never get one.
+        run.message = f"cancelled by {actor.get_username()} before it started"
+        run.save(update_fields=["message", "updated_at"])
+        return run
     if run.state in FINAL_RUN_STATES or run.job is None:
         raise ValidationError({"state": f"Training run {run.pk} already {run.state}."})
     job_cancel(actor=actor, job=run.job)
     return run
+
+
+@transaction.atomic
+def multitask_prompt_tuning_start(*, actor, source_version: DatasetVersion,
+                                  target_version: DatasetVersion, base_run: TrainingRun,
+                                  queue: Queue, name: str = "",
+                                  prompt_tuning: dict | None = None,
+                                  source_training: dict | None = None,
+                                  target_training: dict | None = None,
+                                  target_init: str = "average_source_tasks",
+                                  source_task: str | None = None,
+                                  **resources) -> tuple[TrainingRun, TrainingRun]:
+    """The two-stage recipe of multi-task prompt tuning as one preset: stage 1 trains a shared
+    prompt and per-task factors on the source tasks (the source dataset's task column); stage
+    2, a run that waits for it, starts the target task's prompt from stage 1's adapter
+    (`target_init`: average_source_tasks, exact_source_task with `source_task`, or
+    only_source_shared) and trains it on the target dataset. Both share `prompt_tuning`
+    (num_virtual_tokens, num_ranks, init and init_text for stage 1)."""
+    shared = dict(prompt_tuning or {})
+    name = name or f"{target_version.dataset.name}-mpt"
+    source = training_run_start(
+        actor=actor, dataset_version=source_version, queue=queue, name=f"{name}-source"[:100],
+        kind=TrainingKind.MULTITASK_PROMPT_TUNING, base_run=base_run, prompt_tuning=shared,
+        training=source_training, **resources)
+    target_settings = {key: value for key, value in shared.items()
+                       if key in ("num_virtual_tokens", "num_ranks")}
+    target_settings |= {"init": target_init, "source_adapter_path": source.spec["output_dir"],
+                        **({"source_task": source_task} if source_task else {})}
+    target = training_run_start(
+        actor=actor, dataset_version=target_version, queue=queue, name=f"{name}-target"[:100],
+        kind=TrainingKind.MULTITASK_PROMPT_TUNING, base_run=base_run,
+        prompt_tuning=target_settings, training=target_training or source_training,
+        after_run=source, **resources)
+    return source, target

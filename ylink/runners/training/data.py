@@ -14,7 +14,7 @@ import json
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,7 @@ class Batch:
     input_ids: torch.Tensor
     labels: torch.Tensor
     tokens: int  # real (not padding) input tokens
+    task_ids: torch.Tensor | None = None  # multi-task prompt tuning: each row's task index
 
 
 # ----------------------------------------------------------------------------- token shards
@@ -163,6 +164,8 @@ class InstructionSet:
     examples: list[tuple[list[int], list[int]]]  # (token ids, labels) of equal length
     skipped: int
     truncated: int
+    # Each example's optional task column (`metadata.task`), None where a record has none.
+    tasks: list[str | None] = field(default_factory=list)
 
 
 def encode_instruction(
@@ -195,6 +198,7 @@ def load_instructions(
     folder: str | Path, tokenizer: Any, eos_id: int, max_tokens: int
 ) -> InstructionSet:
     examples = []
+    tasks: list[str | None] = []
     skipped = truncated = 0
     for record in iter_jsonl_records(folder):
         metadata = record.get("metadata") or {}
@@ -209,13 +213,15 @@ def load_instructions(
         if encoded[0][-1] != eos_id:
             truncated += 1
         examples.append(encoded)
+        task = metadata.get("task")
+        tasks.append(str(task) if isinstance(task, (str, int)) and str(task) else None)
     if not examples:
         raise TrainError(
             f"data.path {folder} holds no instruction records (metadata.prompt and "
             f"metadata.response); {skipped} records skipped",
             exit_code=2,
         )
-    return InstructionSet(examples, skipped, truncated)
+    return InstructionSet(examples, skipped, truncated, tasks)
 
 
 def collate_instructions(

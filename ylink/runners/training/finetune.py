@@ -1,4 +1,5 @@
-"""Kinds `sft` (all weights) and `lora` (PEFT adapter) on an instruction dataset.
+"""Kinds `sft` (all weights), `lora` (PEFT adapter) and the prompt-tuning kinds (PEFT
+prompts, see `prompt_tuning`) on an instruction dataset.
 
 A plain torch loop rather than TRL: TRL is not installed here, and the loop the pretraining uses
 already gives what SFT needs (prompt masking, packing-free padded batches, accumulation,
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ylink.runners.training import prompt_tuning
 from ylink.runners.training.checkpoints import CheckpointStore
 from ylink.runners.training.common import checkpoint_root, context_length_of, find_resume
 from ylink.runners.training.data import SampleOrder, collate_instructions, load_instructions
@@ -69,6 +71,8 @@ def _load_base(base: Path, source: Path):
 
 
 def run_finetune(spec: dict[str, Any], runtime: Runtime, reporter: Any) -> dict[str, Any]:
+    if spec["kind"] in prompt_tuning.KINDS:
+        return run_prompt_tuning(spec, runtime, reporter)
     kind, training = spec["kind"], spec["training"]
     base = Path(spec["base_model_path"])
     store = CheckpointStore(checkpoint_root(spec), training["keep_checkpoints"])
@@ -112,4 +116,79 @@ def run_finetune(spec: dict[str, Any], runtime: Runtime, reporter: Any) -> dict[
         make_batch=make_batch, write_weights=write_weights, write_output=write_output,
         artifact="model" if kind == "sft" else "adapter",
         extra_done={"examples": len(examples), "base_model_path": str(base)},
+    )
+
+
+def run_prompt_tuning(spec: dict[str, Any], runtime: Runtime, reporter: Any) -> dict[str, Any]:
+    """A tuned prompt (one, or one per task) on the frozen base; the same loop, checkpoints and
+    resume as LoRA. Each example's task index goes to the model as `task_ids`."""
+    from peft import PeftConfig, get_peft_model, set_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    kind, training, settings = spec["kind"], spec["training"], spec["prompt_tuning"]
+    base = Path(spec["base_model_path"])
+    store = CheckpointStore(checkpoint_root(spec), training["keep_checkpoints"])
+    resume = find_resume(runtime, store, kind)
+    source = prompt_tuning.read_source(settings)
+
+    tokenizer, model = _load_base(base, base)
+    eos_id = tokenizer.eos_token_id
+    if eos_id is None:
+        raise TrainError(f"the tokenizer of {base} has no EOS token", exit_code=2)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+    room = context_length_of(model.config) - prompt_tuning.virtual_tokens(settings, source)
+    if room < 2:
+        raise TrainError(f"prompt_tuning.num_virtual_tokens leaves {max(0, room)} of the "
+                         f"model's positions for the text", exit_code=2)
+    instructions = load_instructions(spec["data"]["path"], tokenizer, eos_id, room + 1)
+    tasks = prompt_tuning.task_names(kind, settings, instructions.tasks)
+    if resume is not None and resume.state.get("tasks", tasks) != tasks:
+        raise TrainError(f"the checkpoint was trained on tasks {resume.state.get('tasks')}, "
+                         f"the data now has {tasks}: use a fresh checkpoint dir", exit_code=2)
+    torch.manual_seed(training["seed"])  # the same random prompt on every replica
+    if resume is not None:
+        # PEFT loads prompt adapters for inference only: build it from the checkpoint's
+        # (self-contained) config, then load its weights.
+        config = PeftConfig.from_pretrained(str(resume.path))
+        config.inference_mode = False
+        model = get_peft_model(model, config)
+        set_peft_model_state_dict(model, load_peft_weights(str(resume.path), device="cpu"))
+    else:
+        model = get_peft_model(model, prompt_tuning.peft_config(
+            kind, settings, base=base, tasks=tasks, source=source))
+    about = prompt_tuning.describe(kind, settings, tasks, source)
+    if runtime.is_main:
+        counts = {task: 0 for task in tasks}
+        for task in instructions.tasks:
+            counts[task or prompt_tuning.DEFAULT_TASK] = \
+                counts.get(task or prompt_tuning.DEFAULT_TASK, 0) + 1
+        print(f"{kind}: {len(instructions.examples)} instruction examples "
+              f"({instructions.skipped} skipped, {instructions.truncated} truncated)"
+              + (f"; tasks {counts}" if tasks else ""), flush=True)
+    examples = instructions.examples
+    task_of = [tasks.index(task or prompt_tuning.DEFAULT_TASK) if tasks else 0
+               for task in instructions.tasks]
+    order = SampleOrder(len(examples), training["seed"])
+
+    def make_batch(counters: list[int]):
+        indices = [order(counter) for counter in counters]
+        batch = collate_instructions([examples[index] for index in indices], pad_id)
+        if tasks:
+            batch.task_ids = torch.tensor([task_of[index] for index in indices])
+        return batch
+
+    def write_weights(directory: Path, state_dict: dict | None) -> None:
+        model.save_pretrained(str(directory), state_dict=state_dict)
+        prompt_tuning.finish_folder(directory, about)
+
+    def write_output(directory: Path, state_dict: dict | None) -> None:
+        write_weights(directory, state_dict)
+        tokenizer.save_pretrained(str(directory))
+
+    return run_training(
+        spec=spec, runtime=runtime, reporter=reporter, model=model, resume=resume, store=store,
+        make_batch=make_batch, write_weights=write_weights, write_output=write_output,
+        artifact="adapter", checkpoint_state={"tasks": tasks},
+        extra_done={"examples": len(examples), "base_model_path": str(base),
+                    **({"tasks": tasks} if tasks else {})},
     )

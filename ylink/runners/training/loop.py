@@ -63,6 +63,7 @@ class Loop:
     kind: str
     mode: str = "none"  # "none" | "ddp" | "fsdp"
     dtype: torch.dtype | None = None
+    extra_state: dict[str, Any] = field(default_factory=dict)  # into every checkpoint's state
     state: LoopState = field(default_factory=LoopState)
     optimizer: torch.optim.Optimizer | None = None
     scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
@@ -231,8 +232,13 @@ class Loop:
         device = self.runtime.device
         input_ids = batch.input_ids.to(device, non_blocking=True)
         labels = batch.labels.to(device, non_blocking=True)
+        extra = {}
+        if batch.task_ids is not None:
+            extra["task_ids"] = batch.task_ids.to(device, non_blocking=True)
         with autocast(device, self.dtype):
-            logits = self.model(input_ids=input_ids, use_cache=False).logits
+            logits = self.model(input_ids=input_ids, use_cache=False, **extra).logits
+        # Prompt tuning prepends its virtual tokens' positions: score the input's own.
+        logits = logits[:, logits.shape[1] - labels.shape[1]:]
         return F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
             ignore_index=IGNORE_INDEX, reduction="sum",
@@ -274,7 +280,7 @@ class Loop:
                 torch.save({"scheduler": scheduler_state, "rng": rng}, directory / TRAINER_FILE)
 
             path, size = self.store.save(st.step, write, {
-                "kind": self.kind, "samples_seen": st.samples_seen,
+                **self.extra_state, "kind": self.kind, "samples_seen": st.samples_seen,
                 "tokens_seen": st.tokens_seen, "last_loss": st.last_loss,
                 "world_size": rt.world_size, "max_steps": self.training["max_steps"],
             })

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ylink.presets import resolve_distributed, uses_gradient_checkpointing
+from ylink.presets import ADAPTER_KINDS, resolve_distributed, uses_gradient_checkpointing
 from ylink.runners.training.checkpoints import CheckpointStore
 from ylink.runners.training.common import Resume, attempt_number, wrap_model
 from ylink.runners.training.data import Batch
@@ -29,18 +29,20 @@ def run_training(
     write_output: Callable[[Path, dict | None], None],
     artifact: str,
     extra_done: dict[str, Any] | None = None,
+    checkpoint_state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train `model` (plain, on CPU) per `spec["training"]`; return the `done` output.
 
     `write_weights(dir, state_dict)` writes checkpoint weights and `write_output(dir, state_dict)`
     the final artifact, on the main rank; `state_dict` is the gathered full state under FSDP and
-    None otherwise (then they read the module itself)."""
+    None otherwise (then they read the module itself). `checkpoint_state` goes into every
+    checkpoint's state file (what a resume must find unchanged)."""
     training = spec["training"]
     kind = spec["kind"]
     parameters = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     mode = resolve_distributed(training["distributed"], parameters, runtime.world_size)
-    if kind == "lora" and mode == "fsdp":
+    if kind in ADAPTER_KINDS and mode == "fsdp":
         mode = "ddp"  # only the small adapter trains: replicating the frozen base is the norm
     if runtime.world_size > 1 and mode == "none":
         raise TrainError(
@@ -71,6 +73,7 @@ def run_training(
         runtime=runtime, model=wrapped, training=training, make_batch=make_batch,
         gather_weights=gather_weights, write_weights=write_weights, store=store,
         reporter=reporter, kind=kind, mode=mode, dtype=dtype,
+        extra_state=dict(checkpoint_state or {}),
     )
     loop.build_optimizer()
     if resume is not None:
