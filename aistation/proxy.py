@@ -1,4 +1,5 @@
-"""The notebooks' reverse proxy: puts each running JupyterLab server under `/notebooks/<id>/`.
+"""The platform's reverse proxy: puts each running JupyterLab server under `/notebooks/<id>/`,
+and each Ray job's dashboard (`ray.dashboard: true`) under `/ray-dashboards/<job id>/`.
 
 An ASGI application, mounted beside Django by `ogai.asgi` (setting `OGAI_ASGI_MOUNTS`). Every
 HTTP request and every WebSocket handshake is authenticated against the platform's Django
@@ -19,6 +20,13 @@ and CSRF cookies and without hop-by-hop headers; bodies stream both ways without
 WebSockets are accepted only once the upstream handshake succeeded, with the subprotocol the
 upstream chose, then frames are pumped both ways until one side closes; the close code is passed
 on. Browser activity is recorded with `notebook_touch`, at most once a minute per notebook.
+
+A Ray dashboard is reached the same way, with two differences: the path goes upstream without
+its `/ray-dashboards/<id>` prefix (Ray's dashboard serves at its root, with relative links),
+and besides the session an API token is accepted (`Authorization: Bearer ogai_…`, as the API
+takes it), so that the SDK's `RayCluster.submit` can use Ray's `JobSubmissionClient` through
+the proxy; the header never goes upstream. Who may reach it: `aistation.services.ray_clusters`
+(the job's owner and the tenant's admins); anyone else gets 404, as for a job they cannot see.
 
 Tokens and cookies are never logged.
 """
@@ -47,6 +55,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 PATH_RE = re.compile(r"^/notebooks/([1-9][0-9]{0,17})(/.*)$", re.DOTALL)
+RAY_PATH_RE = re.compile(r"^/ray-dashboards/([1-9][0-9]{0,17})(/.*)?$", re.DOTALL)
 
 # How often an open WebSocket's user is checked again (sign-out, lost access, stopped).
 RECHECK_S = 60.0
@@ -69,10 +78,15 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 CONNECT_TIMEOUT_S = 5.0
 TOUCH_EVERY_S = 60.0
 NOT_ANSWERING = "the notebook server does not answer (it may be starting)"
+RAY_NOT_ANSWERING = "the Ray dashboard does not answer (it may be starting)"
 
 _client: httpx.AsyncClient | None = None
 _client_loop: asyncio.AbstractEventLoop | None = None
 _last_touch: dict[int, float] = {}
+
+
+def _not_answering(route: Route) -> str:
+    return NOT_ANSWERING if route.notebook_id is not None else RAY_NOT_ANSWERING
 
 
 class Denied(Exception):
@@ -83,6 +97,20 @@ class Denied(Exception):
         self.status = status
         self.body = body
         self.headers = list(headers)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one request goes: `upstream` (http://host:port) and `path_qs` (path and query
+    there); `token` for the upstream's Authorization header (Jupyter's) or None; set-cookies
+    from upstream must stay under `cookie_prefix`; `notebook_id` is touched on activity."""
+
+    label: str
+    upstream: str
+    path_qs: str
+    token: str | None
+    cookie_prefix: str
+    notebook_id: int | None = None
 
 
 @dataclass
@@ -189,20 +217,40 @@ def _login_redirect(scope: Scope) -> Denied:
     return Denied(302, "Sign in first", [("location", location)])
 
 
+def _session_user(session_key: str | None) -> Any:
+    """The signed-in user of a session cookie, or None (in the ORM's thread)."""
+    from django.contrib.auth import get_user
+
+    if not session_key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(_SessionHolder(session=store))  # type: ignore[arg-type]
+    return user if user.is_authenticated else None
+
+
+def _token_user(authorization: str) -> Any:
+    """The user of an API token (`Bearer ogai_…` or `Token ogai_…`), or Denied 401."""
+    from infra_os.services.tokens import api_token_authenticate
+
+    keyword, _, secret = authorization.strip().partition(" ")
+    token = api_token_authenticate(secret.strip()) \
+        if keyword.lower() in ("bearer", "token") and secret.strip() else None
+    if token is None:
+        raise Denied(401, "The token is unknown, expired or revoked",
+                     [("www-authenticate", 'Bearer realm="api"')])
+    return token.user
+
+
 def _resolve_sync(session_key: str | None, notebook_id: int) -> Any:
     """In the ORM's thread: the signed-in user, then the notebook's ProxyTarget; or Denied."""
-    from django.contrib.auth import get_user
     from django.db import close_old_connections
 
     from aistation.services import notebooks  # at call time: tests replace its functions
 
     close_old_connections()
     try:
-        if not session_key:
-            return None
-        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-        user = get_user(_SessionHolder(session=store))  # type: ignore[arg-type]
-        if not user.is_authenticated:
+        user = _session_user(session_key)
+        if user is None:
             return None
         try:
             return notebooks.notebook_proxy_target(user=user, notebook_id=notebook_id)
@@ -214,14 +262,57 @@ def _resolve_sync(session_key: str | None, notebook_id: int) -> Any:
         close_old_connections()
 
 
-async def _authorize(scope: Scope, headers: list[tuple[str, str]]) -> tuple[int, Any]:
-    """The notebook's id and ProxyTarget, or Denied (login redirect, 404, 503)."""
-    notebook_id = _notebook_id(scope)
+def _resolve_ray_sync(session_key: str | None, authorization: str | None, job_id: int) -> Any:
+    """In the ORM's thread: the user (an API token, else the session), then the upstream of
+    Ray job `job_id`'s dashboard; None when nobody is signed in; or Denied."""
+    from django.db import close_old_connections
+
+    from aistation.services import ray_clusters
+
+    close_old_connections()
+    try:
+        user = _token_user(authorization) if authorization else _session_user(session_key)
+        if user is None:
+            return None
+        try:
+            return ray_clusters.ray_dashboard_upstream(user=user, job_id=job_id)
+        except ray_clusters.RayDashboardNotFound:
+            raise Denied(404, "No such Ray dashboard") from None
+        except ray_clusters.RayDashboardNotRunning as exc:
+            raise Denied(503, str(exc) or "The Ray cluster is not running") from None
+    finally:
+        close_old_connections()
+
+
+def _raw_path(scope: Scope) -> str:
+    raw = scope.get("raw_path")
+    return raw.decode("latin-1") if raw else quote(scope["path"])
+
+
+async def _authorize(scope: Scope, headers: list[tuple[str, str]]) -> Route:
+    """Where the request goes, or Denied (login redirect, 401, 404, 503)."""
     key = dict(_cookies(headers)).get(settings.SESSION_COOKIE_NAME)
+    ray = RAY_PATH_RE.match(scope["path"])
+    if ray is not None:
+        job_id = int(ray.group(1))
+        prefix = f"/ray-dashboards/{job_id}"
+        if not ray.group(2):
+            raise Denied(302, "The dashboard is a folder", [("location", prefix + "/")])
+        upstream = await sync_to_async(_resolve_ray_sync, thread_sensitive=True)(
+            key, _header(headers, "authorization"), job_id)
+        if upstream is None:
+            raise _login_redirect(scope)
+        rest = _path_qs(scope)[len(_raw_path(scope)):]
+        return Route(label=f"Ray dashboard of job {job_id}", upstream=upstream,
+                     path_qs=_raw_path(scope)[len(prefix):] + rest, token=None,
+                     cookie_prefix=prefix + "/")
+    notebook_id = _notebook_id(scope)
     target = await sync_to_async(_resolve_sync, thread_sensitive=True)(key, notebook_id)
     if target is None:
         raise _login_redirect(scope)
-    return notebook_id, target
+    return Route(label=f"notebook {notebook_id}", upstream=target.upstream,
+                 path_qs=_path_qs(scope), token=target.token,
+                 cookie_prefix=f"/notebooks/{notebook_id}/", notebook_id=notebook_id)
 
 
 def _touch_sync(notebook_id: int) -> None:
@@ -266,9 +357,10 @@ def _forwarded_headers(scope: Scope, headers: list[tuple[str, str]]) -> list[tup
     return out
 
 
-def _cookie_allowed(name: bytes, value: bytes, notebook_id: int) -> bool:
-    """A notebook server (whose code its owner controls) may set cookies only for its own path,
-    never the platform's cookies: no session fixation through the shared origin."""
+def _cookie_allowed(name: bytes, value: bytes, prefix: str) -> bool:
+    """A notebook server or Ray dashboard (whose code its owner controls) may set cookies only
+    for its own path (`prefix`), never the platform's cookies: no session fixation through
+    the shared origin."""
     if name.lower() != b"set-cookie":
         return True
     text = value.decode("latin-1")
@@ -276,7 +368,7 @@ def _cookie_allowed(name: bytes, value: bytes, notebook_id: int) -> bool:
     if cookie in (settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME):
         return False
     path = re.search(r";\s*path=([^;]*)", text, re.IGNORECASE)
-    return path is not None and path.group(1).strip().startswith(f"/notebooks/{notebook_id}/")
+    return path is not None and path.group(1).strip().startswith(prefix)
 
 
 # -- HTTP -------------------------------------------------------------------------------------
@@ -318,17 +410,19 @@ async def _http(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         if method not in SAFE_METHODS and not _origin_allowed(headers):
             raise Denied(403, "Cross-origin request refused")
-        notebook_id, target = await _authorize(scope, headers)
+        route = await _authorize(scope, headers)
     except Denied as denied:
         await _respond(send, denied.status, denied.body, denied.headers)
         return
-    await _touch(notebook_id)
+    if route.notebook_id is not None:
+        await _touch(route.notebook_id)
 
     out = [(k, v) for k, v in headers if k not in HOP_BY_HOP and k not in OWN_REQUEST_HEADERS]
     cookie = _upstream_cookie(headers)
     if cookie:
         out.append(("cookie", cookie))
-    out.append(("authorization", f"token {target.token}"))
+    if route.token:
+        out.append(("authorization", f"token {route.token}"))
     out += _forwarded_headers(scope, headers)
 
     # The body: a complete first message goes as bytes (a plain Content-Length); a longer one
@@ -356,7 +450,7 @@ async def _http(scope: Scope, receive: Receive, send: Send) -> None:
         content = stream_body()
 
     client = _get_client()
-    url = target.upstream + _path_qs(scope)
+    url = route.upstream + route.path_qs
     request = client.build_request(method, url, headers=out, content=content)
     try:
         response = await client.send(request, stream=True)
@@ -364,10 +458,10 @@ async def _http(scope: Scope, receive: Receive, send: Send) -> None:
         if isinstance(exc, ConnectionAbortedError):
             return
         logger.warning(
-            "notebook %s: upstream %s does not answer: %s",
-            notebook_id, target.upstream, type(exc).__name__,
+            "%s: upstream %s does not answer: %s", route.label, route.upstream,
+            type(exc).__name__,
         )
-        await _respond(send, 502, NOT_ANSWERING)
+        await _respond(send, 502, _not_answering(route))
         return
 
     async def relay() -> None:
@@ -377,7 +471,7 @@ async def _http(scope: Scope, receive: Receive, send: Send) -> None:
             "headers": [
                 (k, v) for k, v in response.headers.raw
                 if k.decode("latin-1").lower() not in HOP_BY_HOP
-                and _cookie_allowed(k, v, notebook_id)
+                and _cookie_allowed(k, v, route.cookie_prefix)
             ],
         })
         try:
@@ -385,7 +479,7 @@ async def _http(scope: Scope, receive: Receive, send: Send) -> None:
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx.TransportError:
-            logger.warning("notebook %s: upstream broke off a response", notebook_id)
+            logger.warning("%s: upstream broke off a response", route.label)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def watch_disconnect() -> None:
@@ -447,13 +541,14 @@ async def _websocket(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         if not _origin_allowed(headers):
             raise Denied(403, "Cross-origin WebSocket refused")
-        notebook_id, target = await _authorize(scope, headers)
+        route = await _authorize(scope, headers)
     except Denied as denied:
         await _ws_deny(scope, send, denied.status, denied.body, denied.headers)
         return
+    notebook_id = route.notebook_id
 
-    upstream_origin = target.upstream.rstrip("/")
-    ws_url = "ws" + upstream_origin[len("http"):] + _path_qs(scope)
+    upstream_origin = route.upstream.rstrip("/")
+    ws_url = "ws" + upstream_origin[len("http"):] + route.path_qs
     extra = [
         (k, v) for k, v in headers
         if k not in HOP_BY_HOP and k not in OWN_REQUEST_HEADERS and k not in WS_HANDSHAKE_HEADERS
@@ -461,7 +556,8 @@ async def _websocket(scope: Scope, receive: Receive, send: Send) -> None:
     cookie = _upstream_cookie(headers)
     if cookie:
         extra.append(("cookie", cookie))
-    extra.append(("authorization", f"token {target.token}"))
+    if route.token:
+        extra.append(("authorization", f"token {route.token}"))
     extra += _forwarded_headers(scope, headers)
     subprotocols = [Subprotocol(p) for p in scope.get("subprotocols") or []] or None
 
@@ -479,19 +575,21 @@ async def _websocket(scope: Scope, receive: Receive, send: Send) -> None:
         )
     except InvalidStatus as exc:
         status = exc.response.status_code
-        logger.warning("notebook %s: upstream refused the WebSocket with %s", notebook_id, status)
+        logger.warning("%s: upstream refused the WebSocket with %s", route.label, status)
         shown = status if 400 <= status < 600 else 502
-        await _ws_deny(scope, send, shown, f"the notebook server answered {status}")
+        what = "the notebook server" if notebook_id is not None else "the Ray dashboard"
+        await _ws_deny(scope, send, shown, f"{what} answered {status}")
         return
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         name = type(exc).__name__
-        logger.warning("notebook %s: upstream WebSocket failed: %s", notebook_id, name)
-        await _ws_deny(scope, send, 502, NOT_ANSWERING)
+        logger.warning("%s: upstream WebSocket failed: %s", route.label, name)
+        await _ws_deny(scope, send, 502, _not_answering(route))
         return
 
     try:
         await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-        await _touch(notebook_id)
+        if notebook_id is not None:
+            await _touch(notebook_id)
 
         async def client_to_upstream() -> None:
             while True:
@@ -499,7 +597,8 @@ async def _websocket(scope: Scope, receive: Receive, send: Send) -> None:
                 if msg["type"] == "websocket.receive":
                     text = msg.get("text")
                     await upstream.send(text if text is not None else (msg.get("bytes") or b""))
-                    await _touch(notebook_id)
+                    if notebook_id is not None:
+                        await _touch(notebook_id)
                 elif msg["type"] == "websocket.disconnect":
                     await upstream.close(code=_sendable_close(msg.get("code"), 1000))
                     return
@@ -541,6 +640,6 @@ async def _websocket(scope: Scope, receive: Receive, send: Send) -> None:
         for task in done:
             failure = task.exception()
             if failure is not None and not isinstance(failure, (OSError, ConnectionClosed)):
-                logger.error("notebook %s: WebSocket relay failed", notebook_id, exc_info=failure)
+                logger.error("%s: WebSocket relay failed", route.label, exc_info=failure)
     finally:
         await upstream.close()

@@ -6,12 +6,17 @@ of JSONL files), one after the other:
   (a) the platform's runner, `python -m ylink.runners.data --spec ...`, 1 replica;
   (b) the same steps built directly with plain datatrove in one process, 1 task, the same stages
       (filters → exact dedup → MinHash dedup → tokenize) and the same intermediate files;
-  (c) the runner with 2 replicas (two processes, RANK=0/1, WORLD_SIZE=2, started together).
-Each is timed as the wall time of its processes (start-up included). Prints documents/s and MB/s
-for each and, on the last line, one JSON object.
+  (c) the runner with 2 replicas (two processes, RANK=0/1, WORLD_SIZE=2, started together);
+  (d) the runner once with `executor: ray` (datatrove's RayPipelineExecutor, 2 tasks) on a Ray
+      cluster of this machine with 2 workers of 1 CPU and a head with none (which runs the
+      runner), as a `kind: ray` job has.
+Each is timed as the wall time of its processes (start-up included). The Ray cluster's own
+start-up is timed apart: `ray_s` excludes it (the cluster is up, as when a job's entrypoint
+starts), `ray_with_startup_s` adds it. Prints documents/s and MB/s for each and, on the last line,
+one JSON object.
 
 Targets (issue 6): overhead = platform time / datatrove time - 1 at most 0.10; 2 replicas at
-least 1.7x one.
+least 1.7x one. Issue 26: ray_vs_gang = Ray time / 2-replica time at most 1.15.
 """
 
 import argparse
@@ -182,6 +187,39 @@ def plain_datatrove(spec_path: str) -> None:
     execute(pipeline, f"logs-{stage}")
 
 
+# -- (d) Ray -----------------------------------------------------------------------------------
+def start_ray_cluster(workers: int):
+    """A Ray cluster of this machine: a head with no CPU and `workers` nodes of 1 CPU."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 0, "include_dashboard": False})
+    for _ in range(workers):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    return cluster
+
+
+def done_seconds(log: Path) -> float | None:
+    """The runner's own time (its `done` event's stats.seconds: no process or Ray start-up)."""
+    for line in reversed(log.read_text().splitlines()):
+        if line.startswith("OGAI-EVENT ") and '"kind":"done"' in line.replace(" ", ""):
+            return json.loads(line[len("OGAI-EVENT "):])["data"]["output"]["stats"]["seconds"]
+    return None
+
+
+def same_files(one: Path, two: Path) -> bool:
+    """The same files, byte for byte (datatrove's .ds.metadata names the tokenizer file, which
+    lies in each run's own work folder: its first field is left out)."""
+    def content(path: Path) -> bytes:
+        data = path.read_bytes()
+        return data.split(b"|", 1)[-1] if path.name.endswith(".ds.metadata") else data
+
+    names = sorted(p.name for p in one.iterdir())
+    return names == sorted(p.name for p in two.iterdir()) and all(
+        content(one / name) == content(two / name) for name in names)
+
+
 # -- driver ---------------------------------------------------------------------------------
 def output_counts(directory: Path) -> dict:
     import numpy as np
@@ -224,14 +262,14 @@ def main() -> None:
           f"{len(list(corpus.rglob('*.jsonl')))} files", flush=True)
     print(f"steps: {', '.join(step['type'] for step in DEFAULT_PIPELINE)}", flush=True)
 
-    def spec(name: str) -> Path:
+    def spec(name: str, **extra) -> Path:
         path = work / f"{name}.json"
         for sub in ("out", "work"):
             shutil.rmtree(work / f"{name}-{sub}", ignore_errors=True)
         path.write_text(json.dumps({
             "run": 0, "input": {"path": str(corpus.resolve()), "format": "jsonl"},
             "output_dir": str(work / f"{name}-out"), "work_dir": str(work / f"{name}-work"),
-            "steps": DEFAULT_PIPELINE, "tokenizer_path": None}))
+            "steps": DEFAULT_PIPELINE, "tokenizer_path": None, **extra}))
         return path
 
     python = sys.executable
@@ -258,16 +296,28 @@ def main() -> None:
         work / "platform-2")
     print(f"(c) platform runner, 2 replicas: {results['platform_2']:.1f} s "
           f"(CPU {cpu['platform_2']:.1f} s)", flush=True)
+    started = time.perf_counter()
+    cluster = start_ray_cluster(workers=2)
+    results["ray_startup"] = time.perf_counter() - started
+    try:
+        on_ray = spec("ray", executor="ray", tasks=2)
+        results["ray"], cpu["ray"] = timed(
+            [([*runner, str(on_ray)], clean_env(RAY_ADDRESS=cluster.address))], work / "ray")
+    finally:
+        cluster.shutdown()
+    print(f"(d) platform runner, Ray, 2 workers: {results['ray']:.1f} s, the cluster's start-up "
+          f"{results['ray_startup']:.1f} s more (driver CPU {cpu['ray']:.1f} s; the Ray "
+          f"workers' is not counted)", flush=True)
     if os.getloadavg()[0] > (os.cpu_count() or 1):
         print(f"note: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: other "
               "work shared the machine; wall times are noisy (see the CPU-time overhead)",
               flush=True)
 
     counts = {name: output_counts(work / f"{name}-out")
-              for name in ("platform-1", "datatrove", "platform-2")}
+              for name in ("platform-1", "datatrove", "platform-2", "ray")}
     print(f"outputs (documents, tokens): {counts}", flush=True)
     for label, key in (("platform, 1 replica", "platform"), ("plain datatrove", "datatrove"),
-                       ("platform, 2 replicas", "platform_2")):
+                       ("platform, 2 replicas", "platform_2"), ("platform, Ray", "ray")):
         seconds = results[key]
         print(f"{label:>22}: {documents / seconds:8.1f} documents/s  "
               f"{corpus_mb / seconds:6.3f} MB/s", flush=True)
@@ -288,7 +338,20 @@ def main() -> None:
         "datatrove_cpu_s": round(cpu["datatrove"], 2),
         "overhead_cpu": round(cpu["platform"] / cpu["datatrove"] - 1, 4),
         "speedup_2_replicas": round(results["platform"] / results["platform_2"], 3),
-        "same_output_counts": counts["platform-1"] == counts["datatrove"] == counts["platform-2"],
+        "ray_s": round(results["ray"], 2),
+        "ray_startup_s": round(results["ray_startup"], 2),
+        "ray_with_startup_s": round(results["ray"] + results["ray_startup"], 2),
+        "ray_mb_s": round(corpus_mb / results["ray"], 4),
+        "ray_with_startup_mb_s": round(corpus_mb / (results["ray"] + results["ray_startup"]), 4),
+        "ray_vs_gang": round(results["ray"] / results["platform_2"], 3),
+        "ray_with_startup_vs_gang": round(
+            (results["ray"] + results["ray_startup"]) / results["platform_2"], 3),
+        # the runners' own time, without process (and Ray cluster) start-up
+        "gang_run_s": done_seconds(work / "platform-2.0.log"),
+        "ray_run_s": done_seconds(work / "ray.0.log"),
+        "ray_same_output_as_gang": same_files(work / "platform-2-out", work / "ray-out"),
+        "same_output_counts": (counts["platform-1"] == counts["datatrove"] == counts["platform-2"]
+                               == counts["ray"]),
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
     }

@@ -228,6 +228,7 @@ SPECTACULAR_SETTINGS = {
         "MembershipRoleEnum": "infra_os.choices.Role",
         "JobStateEnum": "aistation.choices.JobState",
         "AttemptStateEnum": "aistation.choices.AttemptState",
+        "JobKindEnum": [("job", "job"), ("ray", "ray")],
         "TokenStateEnum": [("active", "active"), ("expired", "expired"), ("revoked", "revoked")],
         "ProvisioningRunStateEnum": "infra_os.choices.RunState",
         "ProvisioningBatchStateEnum": "infra_os.choices.BatchState",
@@ -382,9 +383,10 @@ OGAI_WORKDIR_MAX_MB = env_int("OGAI_WORKDIR_MAX_MB", 200)
 # How long /readyz waits for a worker to answer its health task.
 OGAI_READY_WORKER_TIMEOUT = float(env_str("OGAI_READY_WORKER_TIMEOUT", "5"))
 
-# ASGI apps mounted beside Django, by path prefix (see ogai/asgi.py): the notebooks' proxy and
-# the OpenAI-compatible gateway.
+# ASGI apps mounted beside Django, by path prefix (see ogai/asgi.py): the proxy of notebooks
+# and of Ray jobs' dashboards, and the OpenAI-compatible gateway.
 OGAI_ASGI_MOUNTS = {"/notebooks/": "aistation.proxy.application",
+                    "/ray-dashboards/": "aistation.proxy.application",
                     "/v1/": "mmodel.gateway.application"}
 
 # The cache: Redis when OGAI_CACHE_URL is set (redis://host:6379/1), else this process's

@@ -26,16 +26,18 @@ from ogai_client.models import (
     PipelineRun,
     Queue,
     Quota,
+    RayAddresses,
     StackProfile,
     TrainingMetric,
     TrainingRun,
     User,
     Workdir,
 )
+from ogai_client.ray import RayCluster
 
 __all__ = ["Benchmark", "Checkpoint", "Dataset", "DatasetVersion", "Deployment",
            "DeploymentGrid", "DeploymentRun", "EvaluationRun", "HealthCheckRun",
            "HealthCheckType", "Job", "JobLogs", "LeaderboardRow", "Model", "ModelImport",
            "ModelVersion", "Node", "Notebook", "OgaiClient", "OgaiError", "PipelineRun",
-           "Queue", "Quota", "StackProfile", "TrainingMetric", "TrainingRun", "User",
-           "Workdir", "__version__"]
+           "Queue", "Quota", "RayAddresses", "RayCluster", "StackProfile", "TrainingMetric",
+           "TrainingRun", "User", "Workdir", "__version__"]

@@ -37,7 +37,7 @@ from ogai_client.config import (
     save_config,
 )
 from ogai_client.logs import LogFollower
-from ogai_client.models import ACTIVE_STATES, FINAL_STATES, Job, Notebook, Workdir
+from ogai_client.models import ACTIVE_STATES, FINAL_STATES, Job, Notebook, RayAddresses, Workdir
 from ogai_client.spec import SpecError, parse_memory, parse_spec, workdir_target
 from ogai_client.workdir import display_folder, human_size
 
@@ -334,11 +334,46 @@ def cmd_job_list(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _ray_node(node: dict) -> str:
+    gpus = node.get("gpus") or 0
+    model = f" {node['gpu_model']}" if node.get("gpu_model") else ""
+    return (f"{gpus} GPU{model}, {float(node.get('cpu') or 0):g} CPU, "
+            f"{_memory(int(node.get('memory_mib') or 0))}")
+
+
+def _ray_rows(job: Job, found: RayAddresses | None) -> list[tuple[str, str]]:
+    """What `job show` says of a Ray job: its cluster and, once it runs, where it is."""
+    ray = job.ray or {}
+    workers = int(ray.get("workers") or 0)
+    worker, head = ray.get("worker") or {}, ray.get("head") or ray.get("worker") or {}
+    rows = [("ray", f"head ({_ray_node(head)}) + {workers} worker"
+                    f"{'' if workers == 1 else 's'} ({_ray_node(worker)}); dashboard "
+                    f"{'on' if ray.get('dashboard') else 'off'}")]
+    if found is None:
+        return rows
+    if not found.ready:
+        return [*rows, ("ray address", f"not ready: {found.reason}")]
+    rows.append(("ray address", f"{found.address} (ray.init(address=...) from beside it)"))
+    if found.gcs_address != found.address:
+        rows.append(("ray gcs", found.gcs_address))
+    if found.dashboard_url:
+        rows.append(("ray dashboard", found.dashboard_url))
+    return rows
+
+
 def cmd_job_show(args: argparse.Namespace, ctx: Context) -> int:
+    client = ctx.client()
     with _about_job(args.id):
-        job = ctx.client().job(args.id)
+        job = client.job(args.id)
+    found = client.ray_addresses(job.id) if job.kind == "ray" and not job.is_final else None
     if args.json:
-        _print_json(ctx, job.raw)
+        raw = dict(job.raw)
+        if found is not None:
+            raw["ray_cluster"] = {"ready": found.ready, "address": found.address,
+                                  "gcs_address": found.gcs_address,
+                                  "dashboard_url": found.dashboard_url,
+                                  "reason": found.reason}
+        _print_json(ctx, raw)
         return 0
     out = ctx.out
     out.print(Text.assemble(("job ", "bold"), (str(job.id), "bold"), f"  {job.name}  ",
@@ -352,6 +387,7 @@ def cmd_job_show(args: argparse.Namespace, ctx: Context) -> int:
     details.add_column(overflow="fold")
     resources = job.resources
     rows = [
+        ("kind", job.kind),
         ("tenant / queue", f"{job.tenant} / {job.queue} (cluster {job.cluster or '-'})"),
         ("owner", job.owner),
         ("command", shlex.join(job.command)),
@@ -369,6 +405,8 @@ def cmd_job_show(args: argparse.Namespace, ctx: Context) -> int:
         ("restarts", f"{job.restarts} of {job.max_restarts}"),
         ("time limit", f"{job.time_limit_s} s" if job.time_limit_s else "none"),
     ]
+    if job.kind == "ray":
+        rows += _ray_rows(job, found)
     if job.env:
         rows.append(("env", " ".join(f"{k}={shlex.quote(v)}" for k, v in job.env.items())))
     if job.position is not None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -54,6 +54,7 @@ from ogai_client.models import (
     PipelineRun,
     Queue,
     Quota,
+    RayAddresses,
     Sample,
     StackProfile,
     TrainingMetric,
@@ -63,6 +64,9 @@ from ogai_client.models import (
 )
 from ogai_client.spec import SpecError, normalize_spec, workdir_target
 from ogai_client.workdir import WorkdirError, build_archive
+
+if TYPE_CHECKING:
+    from ogai_client.ray import RayCluster
 
 T = TypeVar("T")
 R = TypeVar("R", PipelineRun, TrainingRun)
@@ -292,7 +296,7 @@ class OgaiClient:
         folder relative to `spec_dir`, or to the current folder), else `spec_dir` when given
         (the folder of the spec file it came from); else nothing is shipped."""
         try:
-            spec = normalize_spec(spec)
+            spec = normalize_spec(spec, job=True)
             target = workdir.id if isinstance(workdir, Workdir) else \
                 workdir_target(spec, spec_dir=spec_dir, override=workdir)
         except SpecError as exc:
@@ -363,6 +367,24 @@ class OgaiClient:
         if not isinstance(text, str):
             raise OgaiError("bad_response", "the server answered no manifests; is this OGAI?")
         return text
+
+    def ray_addresses(self, job_id: int) -> RayAddresses:
+        """Where a Ray job's (`kind: ray`) cluster is: its GCS address and dashboard URL, once
+        it runs (`ready`), else why not yet."""
+        return RayAddresses.from_api(self._request("GET",
+                                                   f"{AISTATION}/jobs/{int(job_id)}/ray/"))
+
+    def ray_cluster(self, *, workers: int = 1, worker: dict | None = None,
+                    head: dict | None = None, dashboard: bool = True,
+                    name: str = "ray-cluster", **options: Any) -> RayCluster:
+        """Start a Ray cluster (a `kind: ray` job that holds it up) for this session: see
+        `ogai_client.ray.RayCluster.create` for the options (tenant, queue, image,
+        environment, env, priority, time_limit_s, down_at_exit). Then `wait_ready()`,
+        `address`, `dashboard_url`, `submit(...)`, `down()`; or use it in a `with` block."""
+        from ogai_client.ray import RayCluster
+
+        return RayCluster.create(self, name=name, workers=workers, worker=worker, head=head,
+                                 dashboard=dashboard, **options)
 
     def wait_job(self, job_id: int, *, poll_s: float = 2.0,
                  timeout_s: float | None = None) -> Job:

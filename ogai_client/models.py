@@ -201,6 +201,8 @@ class Job:
     workdir: Workdir | None = None
     attempts: list[Attempt] = field(default_factory=list)
     events: list[JobEvent] = field(default_factory=list)
+    kind: str = "job"  # "ray": a Ray cluster running `command` as its entrypoint
+    ray: dict | None = None  # {workers, head, worker, dashboard} of a Ray job
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -236,6 +238,8 @@ class Job:
             else None,
             attempts=[Attempt.from_api(a) for a in data.get("attempts") or []],
             events=[JobEvent.from_api(e) for e in data.get("events") or []],
+            kind=data.get("kind") or "job",
+            ray=dict(data["ray"]) if isinstance(data.get("ray"), dict) else None,
             raw=data,
         )
 
@@ -252,6 +256,28 @@ class JobLogs:
     def from_api(cls, data: dict) -> JobLogs:
         return cls(attempt=data.get("attempt"), replica=data.get("replica", 0),
                    text=data.get("text") or "")
+
+
+@dataclass(frozen=True)
+class RayAddresses:
+    """Where a Ray job's cluster is reached (GET /jobs/{id}/ray/): `address` is its GCS
+    address (host:port) for `ray.init(address=...)`; `dashboard_url` its dashboard through
+    the platform's proxy ("" without one); both "" until `ready`, and `reason` says why.
+    `address` is the Ray Client address (ray://host:port) where the cluster's driver gives
+    one, else the GCS; `gcs_address` is always the GCS (host:port)."""
+
+    ready: bool
+    address: str = ""
+    gcs_address: str = ""
+    dashboard_url: str = ""
+    reason: str = ""
+
+    @classmethod
+    def from_api(cls, data: dict) -> RayAddresses:
+        return cls(ready=bool(data.get("ready")), address=data.get("address") or "",
+                   gcs_address=data.get("gcs_address") or data.get("address") or "",
+                   dashboard_url=data.get("dashboard_url") or "",
+                   reason=data.get("reason") or "")
 
 
 @dataclass(frozen=True)

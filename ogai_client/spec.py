@@ -1,7 +1,9 @@
 """Job specs as people write them: YAML or JSON, with memory in Kubernetes units.
 
-`resources.memory: 16Gi` becomes `resources.memory_mib: 16384`; every other field goes to the
-API unchanged, which validates it and names the field at fault.
+`resources.memory: 16Gi` becomes `resources.memory_mib: 16384` (and so do `ray.head.memory`
+and `ray.worker.memory`); every other field goes to the API unchanged, which validates it and
+names the field at fault. A `kind: ray` spec's `ray` block is checked here first, so that a
+typo in it reads as one line naming the field before anything is shipped.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import yaml
 # `workdir` is a folder in a spec file; the CLI and the SDK ship it and send its id instead.
 KNOWN_FIELDS = frozenset({
     "tenant", "queue", "name", "command", "env", "image", "resources", "replicas", "priority",
-    "max_restarts", "time_limit_s", "workdir", "environment", "network",
+    "max_restarts", "time_limit_s", "workdir", "environment", "network", "kind", "ray",
 })
+KINDS = ("job", "ray")
+# `ray: {workers: N, worker: {...}, head: {...}, dashboard: bool}` (a job of kind ray).
+KNOWN_RAY = frozenset({"workers", "worker", "head", "dashboard"})
+KNOWN_RAY_NODE = frozenset({"gpus", "gpu_model", "cpu", "memory_mib", "memory"})
 KNOWN_RESOURCES = frozenset({"gpus", "gpu_model", "cpu", "memory_mib", "memory"})
 # `network: {attachments: [name, …], rdma: N}`: the cluster's extra networks and RDMA devices.
 KNOWN_NETWORK = frozenset({"attachments", "rdma"})
@@ -50,25 +56,76 @@ def parse_memory(value: Any, *, field: str = "resources.memory") -> int:
     return mib
 
 
-def normalize_spec(spec: dict) -> dict:
-    """A copy of `spec` with `resources.memory` converted to `resources.memory_mib`."""
+def _with_memory_mib(node: dict, field: str) -> dict:
+    """`node` with its `memory` quantity converted to `memory_mib`."""
+    if "memory" not in node:
+        return node
+    node = dict(node)
+    if "memory_mib" in node:
+        raise SpecError(f"{field}: give memory or memory_mib, not both")
+    node["memory_mib"] = parse_memory(node.pop("memory"), field=f"{field}.memory")
+    return node
+
+
+def _normalize_ray(spec: dict) -> None:
+    """Check a spec's `kind` and `ray` block (each error one line naming the field)."""
+    kind = spec.get("kind", "job")
+    if kind not in KINDS:
+        raise SpecError(f"kind: {kind!r} is not a kind of job; use {' or '.join(KINDS)}")
+    if "ray" not in spec:
+        return
+    if kind != "ray":
+        raise SpecError("ray: only a job of kind: ray takes a Ray cluster; add kind: ray")
+    ray = spec["ray"]
+    if ray is None:
+        ray = {}
+    if not isinstance(ray, dict):
+        raise SpecError("ray: give a mapping (workers, worker, head, dashboard)")
+    ray = dict(ray)
+    unknown = sorted(str(name) for name in set(ray) - KNOWN_RAY)
+    if unknown:
+        raise SpecError(f"ray.{unknown[0]}: unknown field; use "
+                        f"{', '.join(sorted(KNOWN_RAY))}")
+    workers = ray.get("workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise SpecError(f"ray.workers: {workers!r} is not a number of worker nodes (0 or more)")
+    if not isinstance(ray.get("dashboard", False), bool):
+        raise SpecError("ray.dashboard: give true or false")
+    for name in ("worker", "head"):
+        if name not in ray or ray[name] is None:
+            ray.pop(name, None)
+            continue
+        node = ray[name]
+        if not isinstance(node, dict):
+            raise SpecError(f"ray.{name}: give a mapping (gpus, gpu_model, cpu, memory)")
+        unknown = sorted(str(field) for field in set(node) - KNOWN_RAY_NODE)
+        if unknown:
+            raise SpecError(f"ray.{name}.{unknown[0]}: unknown field; use gpus, gpu_model, "
+                            "cpu, memory (\"16Gi\") or memory_mib")
+        ray[name] = _with_memory_mib(node, f"ray.{name}")
+    spec["ray"] = ray
+
+
+def normalize_spec(spec: dict, *, job: bool = False) -> dict:
+    """A copy of `spec` with `resources.memory` converted to `resources.memory_mib`; for a
+    `job` spec also the `memory` of a Ray job's head and workers, its `kind` and `ray` block
+    checked (pipeline and training specs have kinds of their own)."""
     if not isinstance(spec, dict):
         raise SpecError("the spec must be a mapping of fields (name, command, resources, …)")
     spec = dict(spec)
     resources = spec.get("resources")
     if isinstance(resources, dict) and "memory" in resources:
-        resources = dict(resources)
-        if "memory_mib" in resources:
-            raise SpecError("resources: give memory or memory_mib, not both")
-        resources["memory_mib"] = parse_memory(resources.pop("memory"))
+        resources = _with_memory_mib(resources, "resources")
         spec["resources"] = resources
+    if job:
+        _normalize_ray(spec)
     return spec
 
 
 def parse_spec(text: str, *, source: str = "spec") -> dict:
     """A job spec from YAML or JSON text."""
     return normalize_spec(load_mapping(text, source=source, what="job",
-                                       hint="name, command, resources, …"))
+                                       hint="name, command, resources, …"), job=True)
 
 
 def load_mapping(text: str, *, source: str, what: str, hint: str) -> dict:

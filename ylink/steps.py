@@ -4,11 +4,13 @@ Pure Python (no Django, no datatrove): the runner, the API's validation and the 
 builder all read the same description of each step type and its parameters.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "DEFAULT_PIPELINE",
+    "EXECUTORS",
     "STEP_TYPES",
     "Param",
     "StepError",
@@ -18,6 +20,9 @@ __all__ = [
 ]
 
 MAX_STEPS = 32
+# How a pipeline run executes its steps: "local", a gang of plain replicas (each a datatrove
+# task); "ray", datatrove's RayPipelineExecutor on a Ray cluster job (ylink.runners.data).
+EXECUTORS = ("local", "ray")
 
 
 class StepError(ValueError):
@@ -65,6 +70,11 @@ class StepType:
             "drops": self.drops,
             "params": {name: param.describe() for name, param in self.params.items()},
         }
+
+
+HAP_SCORERS = ("wordlist", "classifier", "model")
+# A model version of the registry: its model's name (mmodel's rule), ":v", its number.
+MODEL_VERSION_REFERENCE = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?:v[1-9][0-9]{0,8}")
 
 
 def _frac(default: float, help_text: str) -> Param:
@@ -196,6 +206,33 @@ _STEPS = [
         drops=False,
     ),
     StepType(
+        "hap",
+        "Hate, abuse, profanity",
+        "Splits each document into sentences (after . ! ? and at line breaks), scores each "
+        "sentence from 0 to 1 and drops documents whose highest sentence score is above the "
+        "threshold (the contract of IBM data-prep-kit's HAP transform). Scorers: 'wordlist' "
+        "(better-profanity's word list: 1 for a sentence with a listed word), 'classifier' "
+        "(alt-profanity-check's linear SVM: the probability the sentence is offensive), "
+        "'model' (a sequence classifier from the model registry, e.g. IBM's "
+        "granite-guardian-hap-38m: the probability of its HAP label). Not in the default "
+        "pipeline.",
+        {
+            "scorer": Param(
+                "choice", "wordlist", "How sentences are scored: a word list, a small "
+                "classifier (both offline), or a registry model.",
+                choices=HAP_SCORERS,
+            ),
+            "threshold": _frac(
+                0.5, "Drop documents scoring above this. 0.5 is each scorer's own decision: "
+                "any listed word; the classifier's or model's more likely class.",
+            ),
+            "model": Param(
+                "str", "", "The registry model version the 'model' scorer uses, as name:vN "
+                "(e.g. granite-guardian-hap-38m:v1); empty for the other scorers.",
+            ),
+        },
+    ),
+    StepType(
         "exact_dedup",
         "Exact dedup",
         "Keeps the first occurrence of each exact text across the whole dataset (all "
@@ -318,6 +355,24 @@ def _cross_checks(step_type: str, params: dict, place: str, errors: dict[str, st
         if params["min_avg_word_length"] > params["max_avg_word_length"]:
             errors[f"{place}.params.max_avg_word_length"] = (
                 f"must be at least min_avg_word_length ({params['min_avg_word_length']})"
+            )
+    if step_type == "hap":
+        model = params["model"]
+        if params["scorer"] == "model":
+            if not model:
+                errors[f"{place}.params.model"] = (
+                    "required with scorer 'model': a registry model version as name:vN, "
+                    "e.g. granite-guardian-hap-38m:v1"
+                )
+            elif not MODEL_VERSION_REFERENCE.fullmatch(model):
+                errors[f"{place}.params.model"] = (
+                    f"'{model}' is not a model version; write name:vN, "
+                    "e.g. granite-guardian-hap-38m:v1"
+                )
+        elif model:
+            errors[f"{place}.params.model"] = (
+                f"only scorer 'model' uses a model; set scorer to 'model' or leave model empty "
+                f"(scorer is '{params['scorer']}')"
             )
     if step_type == "minhash_dedup":
         hashes = params["num_buckets"] * params["hashes_per_bucket"]

@@ -101,10 +101,42 @@ class NetworkSerializer(RejectUnknownFields, serializers.Serializer):
         return names
 
 
+class RayNodeSerializer(RejectUnknownFields, serializers.Serializer):
+    gpus = StrictIntegerField(min_value=0, max_value=1024, default=0,
+                              help_text="GPUs of this node (its replica).")
+    gpu_model = serializers.CharField(max_length=64, allow_blank=True, default="")
+    cpu = serializers.FloatField(min_value=1, max_value=4096, default=1.0,
+                                 help_text="CPU cores of this node; Ray counts whole ones.")
+    memory_mib = StrictIntegerField(min_value=256, max_value=16 * 1024 * 1024, default=2048,
+                                    help_text="Memory of this node, MiB (its object store "
+                                    "included).")
+
+
+RAY_NODE_DEFAULTS = {"gpus": 0, "gpu_model": "", "cpu": 1.0, "memory_mib": 2048}
+
+
+class RaySerializer(RejectUnknownFields, serializers.Serializer):
+    """A Ray cluster, shaped like KubeRay's RayCluster: one head and a group of workers."""
+
+    workers = StrictIntegerField(min_value=0, max_value=1023, default=1,
+                                 help_text="Worker nodes besides the head.")
+    worker = RayNodeSerializer(default=dict, help_text="Each worker node's resources.")
+    head = RayNodeSerializer(required=False, help_text="The head node's resources; "
+                             "omitted: a worker's.")
+    dashboard = serializers.BooleanField(
+        default=False, help_text="Serve Ray's dashboard (and its job-submission API) on the "
+        "head, reached through the platform's proxy.")
+
+
 class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
     tenant = CallerTenantField(required=False, help_text="Needed when you are in several.")
     queue = serializers.CharField(max_length=63, default="default")
     name = serializers.CharField(max_length=100)
+    kind = serializers.ChoiceField(
+        choices=["job", "ray"], default="job",
+        help_text="`ray`: a Ray cluster (`ray`) whose head runs `command` as its entrypoint "
+        "once every node is up; its replicas are the head and the workers.")
+    ray = RaySerializer(required=False, help_text="The Ray cluster of a job of kind ray.")
     command = serializers.ListField(
         child=StrictStringField(allow_blank=True, trim_whitespace=False, max_length=10000),
         min_length=1, max_length=1000, help_text="The program and its arguments, as a list.",
@@ -142,6 +174,7 @@ class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
         resources = {name: field.default for name, field in ResourcesSerializer().fields.items()}
         resources.update(attrs.pop("resources"))
         network = {"attachments": [], "rdma": 0, **attrs.pop("network")}
+        ray = self._ray(attrs, resources)
         workdir = None
         if attrs.get("workdir") is not None:
             # Another tenant's folder is as unknown as a missing one.
@@ -154,7 +187,43 @@ class JobSubmitSerializer(RejectUnknownFields, serializers.Serializer):
             "gpus_per_replica": resources["gpus"], "gpu_model": resources["gpu_model"],
             "cpu_per_replica": resources["cpu"], "memory_mib_per_replica":
             resources["memory_mib"], "networks": list(network["attachments"]),
-            "rdma_per_replica": network["rdma"],
+            "rdma_per_replica": network["rdma"], **ray,
+        }
+
+    def _ray(self, attrs: dict, resources: dict) -> dict:
+        """A Ray job's replicas and resources, from its `ray` (the head and its workers):
+        every replica holds the larger of the head's and a worker's."""
+        kind, ray = attrs.pop("kind"), attrs.pop("ray", None)
+        given = self.initial_data if isinstance(self.initial_data, dict) else {}
+        if kind != "ray":
+            if ray is not None:
+                raise serializers.ValidationError(
+                    {"ray": "Only a job of kind: ray takes a Ray cluster; add kind: ray."})
+            return {}
+        errors = {name: f"A Ray job's {what} come from `ray` ({instead}); leave {name} out."
+                  for name, what, instead in (
+                      ("replicas", "replicas", "its head and ray.workers"),
+                      ("resources", "resources", "ray.head and ray.worker"))
+                  if name in given}
+        if errors:
+            raise serializers.ValidationError(errors)
+        ray = ray or {}
+        worker = {**RAY_NODE_DEFAULTS, **ray.get("worker", {})}
+        head = {**RAY_NODE_DEFAULTS, **ray["head"]} if ray.get("head") else dict(worker)
+        models = {node["gpu_model"] for node in (head, worker) if node["gpus"]}
+        if len(models) > 1:
+            raise serializers.ValidationError(
+                {"ray.head.gpu_model": "The head and the workers must ask for the same GPU "
+                 "model."})
+        workers = ray.get("workers", 1)
+        return {
+            "replicas": workers + 1,
+            "gpus_per_replica": max(head["gpus"], worker["gpus"]),
+            "gpu_model": next(iter(models), ""),
+            "cpu_per_replica": max(head["cpu"], worker["cpu"]),
+            "memory_mib_per_replica": max(head["memory_mib"], worker["memory_mib"]),
+            "ray": {"workers": workers, "head": head, "worker": worker,
+                    "dashboard": bool(ray.get("dashboard", False))},
         }
 
 
@@ -229,6 +298,9 @@ class JobSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     resources = serializers.SerializerMethodField()
+    kind = serializers.SerializerMethodField()
+    ray = RaySerializer(read_only=True, allow_null=True,
+                        help_text="The Ray cluster of a job of kind ray; null otherwise.")
     network = JobNetworkSerializer(read_only=True)
     workdir = WorkdirBriefSerializer(read_only=True, allow_null=True,
                                      help_text="The working folder it ships; null: none.")
@@ -239,13 +311,18 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "tenant", "queue", "cluster", "owner", "state", "reason", "dispatch",
+            "id", "name", "kind", "tenant", "queue", "cluster", "owner", "state", "reason",
+            "dispatch",
             "position", "priority", "image", "environment", "workdir", "command", "env",
             "resources", "network", "replicas", "max_restarts", "time_limit_s", "restarts",
             "exit_code",
             "placement", "reserved_nodes", "borrowed", "attained_gpu_s", "waited_s",
-            "created_at", "queued_at", "started_at", "finished_at", "rerun_of",
+            "created_at", "queued_at", "started_at", "finished_at", "rerun_of", "ray",
         ]
+
+    @extend_schema_field(serializers.ChoiceField(choices=["job", "ray"]))
+    def get_kind(self, job: Job) -> str:
+        return "ray" if job.ray else "job"
 
     @extend_schema_field(ResourcesSerializer)
     def get_resources(self, job: Job) -> dict:
@@ -265,6 +342,21 @@ class JobLogsSerializer(serializers.Serializer):
     attempt = serializers.IntegerField(allow_null=True)
     replica = serializers.IntegerField()
     text = serializers.CharField(allow_blank=True)
+
+
+class RayClusterSerializer(serializers.Serializer):
+    ready = serializers.BooleanField(help_text="The job runs and its cluster says where Ray is.")
+    address = serializers.CharField(
+        help_text="What `ray.init(address=...)` takes from beside the cluster (a notebook or "
+        "job of the same tenant on its cluster): its Ray Client address (ray://host:port) "
+        "where the driver gives one, else its GCS address; \"\" until ready.")
+    gcs_address = serializers.CharField(
+        help_text="The cluster's GCS address (host:port): what `ray start --address` takes, "
+        "and `ray.init` on one of its nodes; \"\" until ready.")
+    dashboard_url = serializers.CharField(
+        help_text="Ray's dashboard and job-submission API through the platform's proxy "
+        "(the platform's sign-in or an API token); \"\" when the job has no dashboard.")
+    reason = serializers.CharField(help_text="Why it is not ready; \"\" when it is.")
 
 
 class JobManifestsSerializer(serializers.Serializer):

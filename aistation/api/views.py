@@ -26,6 +26,7 @@ from aistation.services.notebooks import (
     notebooks_gpu_hours,
 )
 from aistation.services.queues import queue_create, queue_update
+from aistation.services.ray_clusters import ray_cluster_of
 from aistation.services.workdirs import check_workdir_size, workdir_max_bytes, workdir_upload
 from aistation.services.workloads import workdir_archive_path
 from infra_os.api.permissions import TenantRolePermission
@@ -123,6 +124,23 @@ class JobViewSet(mixins.ListModelMixin, ScopedViewSet):
                 text = f"(logs unavailable: {exc})"
         return Response({"attempt": attempt.number if attempt else None, "replica": replica,
                          "text": text})
+
+    @extend_schema(responses=s.RayClusterSerializer)
+    @action(detail=True, methods=["get"], url_path="ray")
+    def ray(self, request, pk=None):
+        """Where a Ray job's cluster is reached: its GCS address and its dashboard (through
+        the platform's proxy). Not ready (with the reason) until the job runs; 400 for a job
+        that is not of kind ray."""
+        job = self.get_object()
+        if not job.ray:
+            raise ValidationError({"kind": f"Job {job.pk} is not a Ray job (kind: ray)."})
+        cluster = ray_cluster_of(job)
+        url = request.build_absolute_uri(cluster.dashboard_path) if cluster.dashboard_path \
+            else ""
+        return self.respond({"ready": cluster.ready, "address": cluster.address,
+                             "gcs_address": cluster.gcs_address, "dashboard_url": url,
+                             "reason": cluster.reason},
+                            serializer=s.RayClusterSerializer)
 
     @extend_schema(responses=s.JobManifestsSerializer)
     @action(detail=True, methods=["get"])

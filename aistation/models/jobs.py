@@ -43,6 +43,10 @@ class Job(TimeStampedModel):
     rdma_per_replica = models.PositiveIntegerField(default=0)
     networks = models.JSONField(default=list, blank=True)
     replicas = models.PositiveIntegerField(default=1)
+    # A Ray cluster (`kind: ray`): {"workers": N, "head": {gpus, cpu, memory_mib}, "worker":
+    # {…}, "dashboard": bool}; its replicas are the head and the N workers, and `command` is
+    # its entrypoint. Null for any other job.
+    ray = models.JSONField(null=True, blank=True)
     max_restarts = models.PositiveIntegerField(default=0)
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
     # A service runs until stopped and answers on `ports` (a notebook, a model server).

@@ -28,6 +28,7 @@ from aistation.triggers import request_cycle
 from podsys.choices import NodeHealth, PoolNodeState
 from podsys.drivers.base import (
     FEATURE_NETWORKS,
+    FEATURE_RAY,
     FEATURE_RDMA,
     FEATURE_SANDBOX,
     FEATURE_WORKDIR,
@@ -145,6 +146,8 @@ def needed_features(job: Job) -> dict[str, str]:
         needs[FEATURE_RDMA] = "a job with RDMA devices"
     if job.networks:
         needs[FEATURE_NETWORKS] = "a job that attaches networks"
+    if job.ray:
+        needs[FEATURE_RAY] = "a Ray cluster"
     return needs
 
 

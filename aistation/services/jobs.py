@@ -23,6 +23,7 @@ from infra_os.services.audit import audit_record
 from ogai.crypto import encrypt
 from podsys.drivers.base import (
     FEATURE_NETWORKS,
+    FEATURE_RAY,
     FEATURE_RDMA,
     FEATURE_SANDBOX,
     FEATURE_WORKDIR,
@@ -211,6 +212,19 @@ def _check_cluster_can(cluster: Cluster, *, workdir: Workdir | None) -> None:
             "(`--no-workdir`, `workdir: false`) and put the code in the image.")})
 
 
+def _check_ray(cluster: Cluster, ray: dict | None) -> None:
+    """Refuse at once a Ray cluster where the job's cluster cannot run one, saying why."""
+    if not ray:
+        return
+    try:
+        driver = driver_for(cluster)
+    except DriverError:
+        return  # a broken cluster says so when the job is launched
+    if not driver.supports(FEATURE_RAY):
+        raise ValidationError({"kind": f"Cluster {cluster.name} runs no Ray clusters: "
+                               f"{driver.unsupported[FEATURE_RAY]}."})
+
+
 def _check_environment(cluster: Cluster, environment: str) -> None:
     """Refuse at once an environment the job's cluster does not offer (or cannot run jobs
     in), saying which it offers."""
@@ -291,6 +305,7 @@ def job_submit(
     environment: str = "",
     rdma_per_replica: int = 0,
     networks: list[str] | None = None,
+    ray: dict | None = None,
 ) -> Job:
     """Queue a job. `secret_env` reaches its processes but is stored encrypted and shown
     nowhere (a notebook's tokens); a `service` runs until stopped, answering on `ports`;
@@ -299,7 +314,9 @@ def job_submit(
     is the tenant's working folder unpacked as its processes' working directory, and
     `environment` the cluster's named environment they run in ("": its default). Its network:
     `rdma_per_replica` RDMA devices per replica (placed and counted like GPUs) and the extra
-    `networks` its replicas attach, refused at once where the cluster offers none."""
+    `networks` its replicas attach, refused at once where the cluster offers none. `ray`
+    makes it a Ray cluster (`{"workers", "head", "worker", "dashboard"}`, its replicas the
+    head and the workers, `command` its entrypoint), refused where the cluster runs none."""
     require_role(actor, tenant, WRITE_ROLES)
     if queue.tenant_id != tenant.pk or not queue.is_active:
         raise ValidationError({"queue": f"No active queue {queue.name!r} in {tenant.name}."})
@@ -330,8 +347,11 @@ def job_submit(
         secret_env=encrypt(json.dumps(secret_env)) if secret_env else "",
         mounts=_check_mounts(mounts or []), labels=dict(labels or {}),
         workdir=workdir, environment=environment, rdma_per_replica=rdma_per_replica,
-        networks=networks,
+        networks=networks, ray=dict(ray) if ray else None,
     )
+    if ray and replicas != int(ray.get("workers", 0)) + 1:
+        raise ValidationError({"ray.workers": "A Ray job's replicas are its head and its "
+                               "workers."})
     if queue.fleet_id:
         job_dispatch(job, queue.fleet_id, now, needs=needed_features(job))
         if pool:  # its autoscaler moves it where the nodes join, and says what it buys
@@ -340,6 +360,7 @@ def job_submit(
     _check_cluster_can(job.cluster, workdir=workdir)
     _check_environment(job.cluster, environment)
     _check_network(job.cluster, tenant, networks, rdma_per_replica)
+    _check_ray(job.cluster, job.ray)
     # The foreign keys were resolved above and the database enforces the constraints:
     # checking them again here would cost a query each on every submission.
     job.full_clean(exclude=["tenant", "queue", "cluster", "owner", "rerun_of", "workdir"],
@@ -351,7 +372,7 @@ def job_submit(
                  changes={"queue": queue.name, "gpus": job.gpus, "replicas": replicas,
                           **({"workdir": workdir.sha256} if workdir else {}),
                           **({"network": job.network} if networks or rdma_per_replica
-                             else {})})
+                             else {}), **({"kind": "ray"} if ray else {})})
     request_cycle(job.cluster_id)
     return job
 
@@ -391,5 +412,5 @@ def job_rerun(*, actor, job: Job) -> Job:
         priority=job.priority, max_restarts=job.max_restarts, time_limit_s=job.time_limit_s,
         rerun_of=job, mounts=[DataMount(**mount) for mount in job.mounts], labels=job.labels,
         workdir=job.workdir, environment=job.environment,
-        rdma_per_replica=job.rdma_per_replica, networks=list(job.networks),
+        rdma_per_replica=job.rdma_per_replica, networks=list(job.networks), ray=job.ray,
     )

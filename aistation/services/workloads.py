@@ -8,7 +8,7 @@ from django.conf import settings
 from aistation.labels import PLATFORM_ONLY_LABELS
 from aistation.models import Attempt, Job
 from ogai.crypto import decrypt
-from podsys.drivers.base import DataMount, Resources, Workload
+from podsys.drivers.base import DataMount, RaySpec, Resources, Workload
 
 
 def job_checkpoint_dir(job: Job) -> Path:
@@ -37,6 +37,21 @@ def tenant_uid(tenant_id: int) -> int:
 
 
 SECRET_PLACEHOLDER = "(secret: set at launch)"
+
+
+def _ray_node(node: dict) -> Resources:
+    return Resources(gpus=int(node.get("gpus", 0)), cpu_cores=float(node.get("cpu", 1.0)),
+                     memory_mib=int(node.get("memory_mib", 2048)),
+                     gpu_model=str(node.get("gpu_model", "")))
+
+
+def ray_spec(ray: dict | None) -> RaySpec | None:
+    """A job's `ray` (its serializer's shape) as the driver's RaySpec."""
+    if not ray:
+        return None
+    return RaySpec(head=_ray_node(ray.get("head") or ray.get("worker") or {}),
+                   worker=_ray_node(ray.get("worker") or {}),
+                   dashboard=bool(ray.get("dashboard", False)))
 
 
 def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Workload:
@@ -82,4 +97,5 @@ def attempt_workload(attempt: Attempt, *, reveal_secrets: bool = True) -> Worklo
         secret_env=secrets,
         time_limit_s=job.time_limit_s,
         networks=tuple(job.networks),
+        ray=ray_spec(job.ray),
     )

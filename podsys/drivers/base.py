@@ -27,6 +27,8 @@ FEATURE_WORKDIR = "workdir"
 # RDMA devices (`Resources.rdma`) and extra networks (`Workload.networks`) for a job's replicas.
 FEATURE_RDMA = "rdma"
 FEATURE_NETWORKS = "networks"
+# A workload that is a Ray cluster (`Workload.ray`): replica 0 its head, the others its workers.
+FEATURE_RAY = "ray"
 
 # What a workload is to others, as a label the platform sets (never a request): a model
 # server's pods admit its model clients (an evaluation scoring its endpoint), where a cluster
@@ -107,6 +109,22 @@ class DataMount:
 
 
 @dataclass(frozen=True)
+class RaySpec:
+    """A workload that is a Ray cluster (a job of `kind: ray`): replica 0 is its head, replicas
+    1.. its workers, and `Workload.command` is its entrypoint, run beside the head once every
+    node is alive (RAY_ADDRESS set); the workload ends with the entrypoint. `head` and `worker`
+    are what each node offers Ray (its pod's resources on Kubernetes); every replica holds
+    `Workload.resources`, at least the larger of the two. `dashboard`: the head serves Ray's
+    dashboard (and its job-submission API)."""
+
+    head: Resources
+    worker: Resources
+    dashboard: bool = False
+    # How long the head waits for every node to be alive before it gives up (the log says).
+    ready_timeout_s: int = 300
+
+
+@dataclass(frozen=True)
 class Workload:
     """What to run. `id` is the platform's workload id (one per job attempt), a DNS-1123 label
     such as `job-42-a3`; `placement` is the node chosen for each replica, in replica order."""
@@ -147,6 +165,8 @@ class Workload:
     # The cluster's extra networks each replica attaches to (names from the cluster's
     # `networks` option), in order; RDMA devices are in `resources.rdma`.
     networks: tuple[str, ...] = ()
+    # A Ray cluster rather than plain replicas; None for any other workload.
+    ray: RaySpec | None = None
 
 
 @dataclass(frozen=True)
@@ -312,6 +332,14 @@ class ClusterDriver(ABC):
 
     def endpoint(self, handle: str) -> str | None:
         """Where a service workload answers (`http://host:port`), or None (not yet)."""
+        return None
+
+    def ray_addresses(self, handle: str) -> dict[str, str] | None:
+        """Where a Ray workload's cluster is reached from beside it (a notebook of the same
+        tenant): `gcs` (host:port, what `ray start --address` takes, and `ray.init` on a node
+        of the cluster), `client` (`ray://host:port`, the head's Ray Client server, what
+        `ray.init(address=…)` takes from elsewhere; absent where the driver gives none) and
+        `dashboard` (`http://host:port`, "" without one); None where unknown (not yet)."""
         return None
 
     def node_metrics(self, node: str) -> str | None:

@@ -895,6 +895,13 @@ def workload_objects(workload: Workload, opts: KubeOptions) -> list[dict]:
     if workload.secret_env:
         objects.append(secret_object(workload, namespace, labels))
     objects.append(network_policy(workload, namespace, labels, opts))
+    if workload.ray is not None:
+        # Deferred: kube_ray builds its pod templates with this module's.
+        from podsys.drivers.kube_ray import ray_job_object
+
+        return [*objects, ray_job_object(
+            workload, namespace, labels, kueue_queue=opts.kueue_queue,
+            pod_template=lambda node: _pod_template(node, namespace, opts, labels))]
     if workload.service:
         return [
             *objects,

@@ -18,6 +18,10 @@ read for this long stop, default 600). Both ways read the objects as the API's J
 through the same code, so they answer the same. A tenant's namespace is made to hold before
 anything runs in it: its Pod Security labels and its namespace-wide NetworkPolicies are
 checked (and put right) on every launch.
+A Ray job (`Workload.ray`) is a KubeRay `RayJob` (`kube_ray`), on a cluster whose option
+`kuberay` is true (KubeRay installed: the `ray.io` API group, which `check_connection` reports;
+the driver makes no API call when it is made, so the option says it): its phase is the RayJob's
+(`ray_job_phase`), its replicas the head's and the workers' pods.
 Errors the API may recover from (5xx, a refused connection) are retried a few times; what
 remains is a `DriverError` in the cluster's own words, never with the credentials in it.
 """
@@ -25,6 +29,7 @@ remains is a `DriverError` in the cluster's own words, never with the credential
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +47,7 @@ from urllib3.exceptions import HTTPError
 
 from podsys.drivers import kube_watch
 from podsys.drivers.base import (
+    FEATURE_RAY,
     FEATURE_WORKDIR,
     ClusterDriver,
     ConnectionReport,
@@ -69,12 +75,16 @@ from podsys.drivers.kube_manifests import (
     workload_objects,
 )
 from podsys.drivers.kube_networks import check_namespace_owner, node_rdma, pod_rdma
+from podsys.drivers.kube_ray import RAY_GROUP, RAY_PLURAL, RAY_VERSION, ray_job_phase
 from podsys.drivers.kube_security import NAMESPACE_POLICIES
 from podsys.drivers.kube_watch import Collection, Store, Transport, WatchOptions
 
 T = TypeVar("T")
 MANAGED = f"{MANAGED_BY}=ogai"
 VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+RAY = (RAY_GROUP, RAY_VERSION, RAY_PLURAL)
+# KubeRay labels the pods of a Ray cluster "head" or "worker".
+RAY_NODE_TYPE = "ray.io/node-type"
 KUEUE_GROUP = "kueue.x-k8s.io"
 # Waiting reasons that will not clear on their own: the attempt fails with the cluster's words.
 STUCK = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
@@ -110,6 +120,9 @@ JOBS = Collection("jobs", "Job", "/apis/batch/v1/jobs", label_selector=MANAGED,
                   index_label=WORKLOAD_LABEL)
 DEPLOYMENTS = Collection("deployments", "Deployment", "/apis/apps/v1/deployments",
                          label_selector=MANAGED, index_label=WORKLOAD_LABEL)
+# Read only on a cluster with KubeRay (elsewhere the path is not served).
+RAYJOBS = Collection("ray jobs", "RayJob", f"/apis/{RAY_GROUP}/{RAY_VERSION}/{RAY_PLURAL}",
+                     label_selector=MANAGED, index_label=WORKLOAD_LABEL)
 NODES = Collection("nodes", "Node", "/api/v1/nodes")
 UNFINISHED_PODS = Collection("unfinished pods", "Pod", "/api/v1/pods",
                              field_selector="status.phase!=Succeeded,status.phase!=Failed",
@@ -139,6 +152,15 @@ class KubernetesDriver(ClusterDriver):
             self.unsupported = {**self.unsupported, FEATURE_WORKDIR: (
                 "a working folder reaches the pods from the artifacts volume, which this "
                 "cluster has not: set its 'artifacts_claim' and 'data_dir'")}
+        kuberay = self.options.get("kuberay", False)
+        if not isinstance(kuberay, bool):
+            raise DriverError(f"cluster {cluster}: option 'kuberay' must be true or false, "
+                              f"not {kuberay!r}")
+        self.kuberay = kuberay
+        if not kuberay:
+            self.unsupported = {**self.unsupported, FEATURE_RAY: (
+                f"KubeRay is not installed on cluster {cluster} (no {RAY_GROUP} API group); "
+                "once it is, set the cluster's option 'kuberay' to true")}
         self.retry_delay_s = float(self.options.get("retry_delay_s", 0.5))
         try:
             self.watching = WatchOptions.from_options(self.options)
@@ -194,7 +216,8 @@ class KubernetesDriver(ClusterDriver):
             raise DriverError(f"cluster {self.cluster}: {what}: {api_message(exc)}") from None
 
     def check_connection(self) -> ConnectionReport:
-        """Server version, GPUs the device plugin advertises, and Kueue or Volcano."""
+        """Server version, GPUs the device plugin advertises, Kueue or Volcano, and KubeRay
+        (whether the `kuberay` option says what the cluster has)."""
         try:
             version = self._checked("read the version", client.VersionApi(self.api).get_code)
             groups = self._checked("list API groups", client.ApisApi(self.api).get_api_versions)
@@ -208,6 +231,7 @@ class KubernetesDriver(ClusterDriver):
             "server_version": version.git_version, "nodes": len(nodes),
             "gpu_nodes": len(gpu_nodes), "gpus": gpus,
             "kueue": KUEUE_GROUP in names, "volcano": VOLCANO[0] in names,
+            "kuberay": RAY_GROUP in names,
         }
         words = [f"Kubernetes {version.git_version}, {len(nodes)} nodes"]
         if gpu_nodes:
@@ -218,7 +242,20 @@ class KubernetesDriver(ClusterDriver):
                          "installed?")
         words.append("Kueue is installed" if details["kueue"] else "no Kueue")
         words.append("Volcano is installed" if details["volcano"] else "no Volcano")
-        return ConnectionReport(ok=True, message="; ".join(words) + ".", details=details)
+        if details["kuberay"] and self.kuberay:
+            words.append("KubeRay is installed")
+        elif details["kuberay"]:
+            words.append("KubeRay is installed, but Ray jobs are off until the cluster's option "
+                         "'kuberay' is true")
+        elif self.kuberay:
+            # Every read of the workloads lists RayJobs, so none can be followed: not ok.
+            words.append(f"the option 'kuberay' is true but KubeRay is not installed (no "
+                         f"{RAY_GROUP} API group), so no workload can be followed: install "
+                         "KubeRay or set 'kuberay' to false")
+        else:
+            words.append("no KubeRay")
+        ok = details["kuberay"] or not self.kuberay
+        return ConnectionReport(ok=ok, message="; ".join(words) + ".", details=details)
 
     # -- nodes --------------------------------------------------------------------------------
 
@@ -279,10 +316,13 @@ class KubernetesDriver(ClusterDriver):
 
     @contextlib.contextmanager
     def _workloads(self, *, with_nodes: bool = False) -> Iterator[_Workloads]:
-        wanted = (PODS, JOBS, DEPLOYMENTS, *((NODES,) if with_nodes else ()))
+        wanted = (PODS, JOBS, DEPLOYMENTS, *((RAYJOBS,) if self.kuberay else ()),
+                  *((NODES,) if with_nodes else ()))
         with self._reading(*wanted) as (stores, memo):
-            yield _Workloads(stores[0], stores[1], stores[2],
-                             nodes=stores[3] if with_nodes else None, memo=memo)
+            rest = stores[3:]
+            rayjobs = rest.pop(0) if self.kuberay else None
+            yield _Workloads(stores[0], stores[1], stores[2], rayjobs=rayjobs,
+                             nodes=rest[0] if with_nodes else None, memo=memo)
 
     # -- workloads ----------------------------------------------------------------------------
 
@@ -383,6 +423,9 @@ class KubernetesDriver(ClusterDriver):
             raise DriverError(str(exc)) from None
 
     def launch(self, workload: Workload) -> str:
+        if workload.ray is not None and not self.supports(FEATURE_RAY):
+            raise DriverError(f"workload {workload.id} is a Ray cluster: "
+                              f"{self.unsupported[FEATURE_RAY]}")
         namespace = self._namespace(workload)
         try:
             objects = workload_objects(workload, self.kube)
@@ -423,15 +466,20 @@ class KubernetesDriver(ClusterDriver):
             custom = client.CustomObjectsApi(self.api)
             return lambda namespace, body: custom.create_namespaced_custom_object(
                 *VOLCANO[:2], namespace, VOLCANO[2], body)
+        if kind == "RayJob":
+            custom = client.CustomObjectsApi(self.api)
+            return lambda namespace, body: custom.create_namespaced_custom_object(
+                *RAY[:2], namespace, RAY[2], body)
         raise DriverError(f"no way to create a {kind}")
 
     def _deleter(self, kind: str) -> Callable[..., Any]:
         """delete(name, namespace, body=...) for a kind of the workload's objects."""
         core = client.CoreV1Api(self.api)
-        if kind == "PodGroup":
+        if kind in ("PodGroup", "RayJob"):
+            group, version, plural = VOLCANO if kind == "PodGroup" else RAY
             custom = client.CustomObjectsApi(self.api)
             return lambda name, namespace, body: custom.delete_namespaced_custom_object(
-                *VOLCANO[:2], namespace, VOLCANO[2], name, body=body)
+                group, version, namespace, plural, name, body=body)
         return {
             "Job": client.BatchV1Api(self.api).delete_namespaced_job,
             "Deployment": client.AppsV1Api(self.api).delete_namespaced_deployment,
@@ -478,7 +526,8 @@ class KubernetesDriver(ClusterDriver):
             return
         # The pods first (their owners, in the foreground), then what they used: their Secret
         # and NetworkPolicy go with them.
-        kinds = ["Job", "Deployment", "Service", "NetworkPolicy", "Secret"]
+        kinds = [*(["RayJob"] if self.kuberay else []), "Job", "Deployment", "Service",
+                 "NetworkPolicy", "Secret"]
         if self.kube.scheduler == "volcano":
             kinds.append("PodGroup")
         for kind in kinds:
@@ -489,10 +538,16 @@ class KubernetesDriver(ClusterDriver):
         with self._workloads() as found:
             owner, all_pods = found.owner(handle), found.pods(handle)
         replicas = (owner.get("spec") or {}).get("completions") if owner is not None else None
+        if _is_ray(owner):
+            replicas = _expected_replicas(owner, len(all_pods))
         if replicas is not None and not 0 <= replica < replicas:
             raise DriverError(f"workload {handle} has no replica {replica}")
-        pods = [pod for position, pod in enumerate(sorted(all_pods, key=_created))
-                if _pod_index(pod, position) == replica]
+        if _is_ray(owner):
+            found_pod = _ray_replicas(all_pods, replicas or 1).get(replica)
+            pods = [found_pod] if found_pod is not None else []
+        else:
+            pods = [pod for position, pod in enumerate(sorted(all_pods, key=_created))
+                    if _pod_index(pod, position) == replica]
         if not pods:  # cleaned up: the logs kept before
             kept = self._kept_log(handle, replica)
             if kept is not None and kept.exists():
@@ -566,22 +621,29 @@ class _Workloads:
     pod_store: Store
     jobs: Store
     deployments: Store
+    rayjobs: Store | None = None  # on a cluster with KubeRay
     nodes: Store | None = None
     memo: dict = field(default_factory=dict)
     readiness: dict[str, bool] = field(default_factory=dict)
 
+    def _owner_stores(self) -> tuple[Store, ...]:
+        # (A Deployment first, as a list of Jobs then Deployments keyed by workload would; a
+        # Ray workload has a RayJob and none of them.)
+        return (*((self.rayjobs,) if self.rayjobs is not None else ()), self.deployments,
+                self.jobs)
+
     def owner(self, handle: str) -> Obj | None:
-        # (A Deployment first, as a list of Jobs then Deployments keyed by workload would.)
-        for store in (self.deployments, self.jobs):
+        for store in self._owner_stores():
             found = store.labelled(handle)
             if found:
                 return found[0]
         return None
 
     def owners(self) -> dict[str, Obj]:
-        return {**{label: objs[next(iter(objs))] for label, objs in self.jobs.index.items()},
-                **{label: objs[next(iter(objs))] for label, objs in
-                   self.deployments.index.items()}}
+        found: dict[str, Obj] = {}
+        for store in reversed(self._owner_stores()):
+            found.update({label: objs[next(iter(objs))] for label, objs in store.index.items()})
+        return found
 
     def pods(self, handle: str) -> list[Obj]:
         return self.pod_store.labelled(handle)
@@ -596,7 +658,7 @@ class _Workloads:
         return status if status.phase in (Phase.SUCCEEDED, Phase.FAILED) else None
 
     def ended_owner(self, handle: str) -> Obj | None:
-        for store in (self.deployments, self.jobs):
+        for store in self._owner_stores():
             found = store.ended(handle)
             if found:
                 return found[-1]
@@ -618,6 +680,8 @@ class _Workloads:
 
 def _workload_status(handle: str, owner: Obj | None, pods: list[Obj],
                      ready: Callable[[str], bool]) -> WorkloadStatus:
+    if owner is not None and _is_ray(owner):
+        return _ray_status(handle, owner, pods, ready)
     expected = _expected_replicas(owner, len(pods))
     newest: dict[int, Obj] = {}
     if owner is not None and owner.get("kind") == "Deployment":
@@ -629,6 +693,13 @@ def _workload_status(handle: str, owner: Obj | None, pods: list[Obj],
     else:
         for position, pod in enumerate(sorted(pods, key=_created)):
             newest[_pod_index(pod, position)] = pod
+    replicas, node_lost = _replicas(newest, expected, ready)
+    return summarize(handle, replicas, node_lost=node_lost)
+
+
+def _replicas(newest: dict[int, Obj], expected: int,
+              ready: Callable[[str], bool]) -> tuple[list[ReplicaStatus], str]:
+    """Each replica's status from its pod (`newest`, by index), and a node lost under one."""
     replicas = []
     node_lost = ""
     for index in range(expected):
@@ -644,7 +715,66 @@ def _workload_status(handle: str, owner: Obj | None, pods: list[Obj],
             replica = ReplicaStatus(index=index, phase=Phase.FAILED, node=node,
                                     reason=f"node {node} is NotReady or gone")
         replicas.append(replica)
-    return summarize(handle, replicas, node_lost=node_lost)
+    return replicas, node_lost
+
+
+def _is_ray(owner: Obj | None) -> bool:
+    return owner is not None and owner.get("kind") == "RayJob"
+
+
+def _live(pod: Obj) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and \
+        (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+
+
+def _ray_replicas(pods: list[Obj], expected: int) -> dict[int, Obj]:
+    """A Ray cluster's pods by replica: its head 0, its workers 1 on, in creation order.
+    KubeRay replaces a pod that died: the live ones speak for the replicas, then the newest
+    of the others."""
+    by_type: dict[str, list[Obj]] = {"head": [], "worker": []}
+    for pod in pods:
+        node_type = (pod["metadata"].get("labels") or {}).get(RAY_NODE_TYPE)
+        if node_type in by_type:
+            by_type[node_type].append(pod)
+
+    def chosen(group: list[Obj], count: int) -> list[Obj]:
+        ordered = sorted(group, key=_created)
+        live = [pod for pod in ordered if _live(pod)][:count]
+        dead = [pod for pod in ordered if not _live(pod)]
+        short = count - len(live)
+        return sorted(live + (dead[-short:] if short > 0 else []), key=_created)
+
+    found = dict(enumerate(chosen(by_type["head"], 1)))
+    found.update(enumerate(chosen(by_type["worker"], expected - 1), start=1))
+    return found
+
+
+def _ray_status(handle: str, owner: Obj, pods: list[Obj],
+                ready: Callable[[str], bool]) -> WorkloadStatus:
+    """A Ray workload's phase is its RayJob's: the entrypoint's end ends it, with the RayJob's
+    message. Its pods give each replica's detail, and a replica that fails (a crash, an image
+    that will not pull, a lost node) fails it as it would any gang, before KubeRay replaces
+    the pod: the platform retries whole attempts."""
+    phase, reason = ray_job_phase(owner)
+    expected = _expected_replicas(owner, len(pods))
+    replicas, node_lost = _replicas(_ray_replicas(pods, expected), expected, ready)
+    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+        end = Phase(phase)
+        # KubeRay shuts the cluster down when the entrypoint ends: its pods go, not fail.
+        replicas = [replica if replica.phase in (Phase.SUCCEEDED, Phase.FAILED) else
+                    ReplicaStatus(index=replica.index, phase=end, node=replica.node,
+                                  exit_code=0 if end == Phase.SUCCEEDED else None,
+                                  reason="" if end == Phase.SUCCEEDED else reason)
+                    for replica in replicas]
+        return WorkloadStatus(workload_id=handle, phase=end,
+                              exit_code=0 if end == Phase.SUCCEEDED else None, reason=reason,
+                              replicas=tuple(replicas), node_lost=node_lost)
+    summary = summarize(handle, replicas, node_lost=node_lost)
+    if summary.phase == Phase.FAILED:
+        return summary
+    if phase == Phase.RUNNING:
+        return dataclasses.replace(summary, phase=Phase.RUNNING, reason="")
+    return dataclasses.replace(summary, phase=Phase.PENDING, reason=reason)
 
 
 def _ready(node: Obj) -> tuple[bool, str]:
@@ -703,10 +833,15 @@ def _moment(text: str | None) -> float | None:
 
 
 def _ended_at(owner: Obj) -> float | None:
-    """When a Job completed or failed (a Deployment never ends)."""
+    """When a Job completed or failed, or a RayJob's entrypoint ended (a Deployment never
+    ends)."""
+    status = owner.get("status") or {}
+    if _is_ray(owner):
+        if ray_job_phase(owner)[0] not in (Phase.SUCCEEDED, Phase.FAILED):
+            return None
+        return _moment(status.get("endTime"))
     if owner.get("kind") != "Job":
         return None
-    status = owner.get("status") or {}
     for condition in status.get("conditions") or []:
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
             return _moment(condition.get("lastTransitionTime") or status.get("completionTime"))
@@ -738,6 +873,9 @@ def _expected_replicas(owner: Obj | None, found: int) -> int:
     if owner is None:
         return found
     spec = owner.get("spec") or {}
+    if _is_ray(owner):
+        groups = (spec.get("rayClusterSpec") or {}).get("workerGroupSpecs") or []
+        return 1 + sum(int(group.get("replicas") or 0) for group in groups)
     if owner.get("kind") == "Job":
         return int(spec.get("completions") or found or 1)
     return int(spec.get("replicas") or found or 1)

@@ -37,11 +37,12 @@ from typing import Any, NamedTuple
 import yaml
 from django.conf import settings
 
-from podsys.drivers import local_environments, processes, sandbox
+from podsys.drivers import local_environments, local_ray, processes, sandbox
 from podsys.drivers.base import (
     FEATURE_IMAGES,
     FEATURE_MULTI_NODE,
     FEATURE_NETWORKS,
+    FEATURE_RAY,
     FEATURE_RDMA,
     FEATURE_SANDBOX,
     ClusterDriver,
@@ -295,6 +296,9 @@ class LocalDriver(ClusterDriver):
         if not self._rdma_devices():
             self.unsupported = {**self.unsupported, FEATURE_RDMA: (
                 f"this machine has no RDMA devices (none in {self.rdma_device_dir})")}
+        ray_missing = local_ray.ray_missing()
+        if ray_missing:
+            self.unsupported = {**self.unsupported, FEATURE_RAY: ray_missing}
         # A bad option is said now, by name, not at the first launch.
         local_environments.configured(self.options)
 
@@ -406,6 +410,9 @@ class LocalDriver(ClusterDriver):
         if workload.workdir_archive and not Path(workload.workdir_archive).is_file():
             raise DriverError(f"workload {workload.id}: its working folder's archive "
                               f"{workload.workdir_archive} is missing")
+        if workload.ray is not None and not self.supports(FEATURE_RAY):
+            raise DriverError(f"workload {workload.id} is a Ray cluster: "
+                              f"{self.unsupported[FEATURE_RAY]}")
         if workload.networks:
             raise DriverError(f"workload {workload.id}: cluster {self.cluster} cannot attach "
                               f"networks ({self.unsupported[FEATURE_NETWORKS]})")
@@ -517,6 +524,8 @@ class LocalDriver(ClusterDriver):
             "sandbox": {"uid": workload.run_as, "user": _sandbox_user(workload.tenant)}
             if confined else None,
             "environment": {"name": environment.name, "where": environment.where},
+            # A Ray cluster's ports (`local_ray`), picked now: its nodes share this network.
+            "ray": local_ray.assign_ports(workload.replicas) if workload.ray else None,
             "replicas": [
                 {"index": i, "gpus": gpus[i], "pid": None, "start_time": None}
                 for i in range(workload.replicas)
@@ -601,6 +610,7 @@ class LocalDriver(ClusterDriver):
             "--log", str(log),
         ]  # fmt: skip
         env = self._replica_env(workload, state, index)
+        command = self._command(workload, state, index)
         box = None
         if state.get("sandbox"):
             try:
@@ -609,9 +619,9 @@ class LocalDriver(ClusterDriver):
                 raise OSError(str(exc)) from exc
             bwrap = shutil.which(self.bwrap) or self.bwrap
             argv += ["--sandboxed", "--fds", ",".join(map(str, box.fds)),
-                     "--", *box.argv(bwrap, workload.command)]
+                     "--", *box.argv(bwrap, command)]
         else:
-            argv += ["--", *workload.command]
+            argv += ["--", *command]
         try:
             with log.open("ab") as out:
                 # The supervisor's own output (an import error, say) lands in the log too.
@@ -633,6 +643,18 @@ class LocalDriver(ClusterDriver):
         replica["start_time"] = processes.start_time(child.pid)
         # Saved after each start, so a crash mid-launch still leaves every started pid known.
         write_json(folder / STATE_FILE, state)
+
+    def _command(self, workload: Workload, state: dict, index: int) -> list[str]:
+        """The replica's command: the workload's own, or its Ray node's (`local_ray`)."""
+        if workload.ray is None or not state.get("ray"):
+            return list(workload.command)
+        where = (state.get("environment") or {}).get("where") or ""
+        python = Path(where) / "bin" / "python"
+        return local_ray.replica_command(
+            workload, state["ray"], index=index,
+            python=str(python) if where and python.exists() else sys.executable,
+            cwd=state["cwd"], gpus=len(state["replicas"][index]["gpus"]),
+            confined=bool(state.get("sandbox")))
 
     def _base_env(self) -> dict[str, str]:
         names = BASE_ENV_NAMES | set(self.options.get("env_passthrough", ()))
@@ -725,6 +747,18 @@ class LocalDriver(ClusterDriver):
         }
         if workload.checkpoint_dir:
             text["checkpoint_folder"] = workload.checkpoint_dir
+        if workload.ray is not None:
+            text["ray"] = {
+                "head": "replica 0: ray start --head --block, then the command above as the "
+                "entrypoint once every node is alive (RAY_ADDRESS set)",
+                "workers": f"replicas 1..{workload.replicas - 1}: ray start --address=<head> "
+                "--block" if workload.replicas > 1 else "none",
+                "head_resources": dataclasses.asdict(workload.ray.head),
+                "worker_resources": dataclasses.asdict(workload.ray.worker),
+                "dashboard": workload.ray.dashboard,
+                "ports": "picked at launch from those free then",
+                "ray_installed": self.supports(FEATURE_RAY),
+            }
         return yaml.safe_dump(text, sort_keys=False, default_flow_style=False)
 
     def _render_sandbox(self, workload: Workload, environment: LocalEnvironment,
@@ -902,6 +936,17 @@ class LocalDriver(ClusterDriver):
         if not spec.get("service") or not spec.get("ports"):
             return None
         return f"http://127.0.0.1:{spec['ports'][0]}"
+
+    def ray_addresses(self, handle: str) -> dict[str, str] | None:
+        state = self._load(handle)
+        if state is None or not state.get("ray"):
+            return None
+        # Not before the head says every node is alive (`ray_node`): a cluster still starting
+        # takes no work.
+        if not (Path(state["cwd"]) / local_ray.STATE_FOLDER / "ready").exists():
+            return None
+        spec = state["spec"].get("ray") or {}
+        return local_ray.addresses(state["ray"], dashboard=bool(spec.get("dashboard")))
 
     def node_metrics(self, node: str) -> str | None:
         """This machine's GPUs (NVML) and OS (/proc), read now; None for another node."""

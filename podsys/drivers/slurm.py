@@ -38,6 +38,7 @@ from django.conf import settings
 from podsys.drivers.base import (
     CORDONED_BY_PLATFORM,
     FEATURE_IMAGES,
+    FEATURE_RAY,
     SERVICE_PORT_ARG,
     SERVICE_PORT_ENV,
     ClusterDriver,
@@ -114,6 +115,8 @@ class SlurmDriver(ClusterDriver):
 
     unsupported = {
         FEATURE_IMAGES: "the slurm driver runs commands in the nodes' own environment",
+        FEATURE_RAY: "the slurm driver does not start Ray clusters yet (run `ray start` in "
+        "an sbatch script of your own)",
     }
     assigns_ports = True
 

@@ -119,6 +119,8 @@ RESOURCES = [
              feature="volcano", custom=True),
     Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False,
              feature="volcano", custom=True),
+    # KubeRay's RayJob (feature "ray"): stored and checked for its common shape only.
+    Resource("ray.io", "v1", "rayjobs", "RayJob", namespaced=True, feature="ray", custom=True),
     Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", namespaced=True,
              feature="kueue", custom=True),
     Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False,
@@ -156,8 +158,8 @@ GROUPS = {"batch": "v1", "apps": "v1", "networking.k8s.io": "v1",
           "rbac.authorization.k8s.io": "v1", "autoscaling": "v2", "policy": "v1",
           "monitoring.coreos.com": "v1", "postgresql.cnpg.io": "v1",
           "scheduling.volcano.sh": "v1beta1", "kueue.x-k8s.io": "v1beta1",
-          "autoscaling.x-k8s.io": "v1"}
-GROUP_FEATURE = {"scheduling.volcano.sh": "volcano", "kueue.x-k8s.io": "kueue",
+          "autoscaling.x-k8s.io": "v1", "ray.io": "v1"}
+GROUP_FEATURE = {"ray.io": "ray", "scheduling.volcano.sh": "volcano", "kueue.x-k8s.io": "kueue",
                  "monitoring.coreos.com": "monitoring", "postgresql.cnpg.io": "cnpg",
                  "autoscaling.x-k8s.io": "provisioning"}
 
@@ -458,12 +460,12 @@ class FakeKube:
 
     def __init__(self, volcano: bool = False, kueue: bool = False,
                  provisioning: bool = False, monitoring: bool = False,
-                 cnpg: bool = False) -> None:
+                 cnpg: bool = False, ray: bool = False) -> None:
         # provisioning: cluster-autoscaler's ProvisioningRequest CRD is installed (the test
         # plays the autoscaler with `provision`). monitoring: the Prometheus Operator's CRDs;
         # cnpg: CloudNativePG's (their objects are stored, nothing acts on them).
         self.volcano, self.kueue, self.provisioning = volcano, kueue, provisioning
-        self.monitoring, self.cnpg = monitoring, cnpg
+        self.monitoring, self.cnpg, self.ray = monitoring, cnpg, ray
         self.auto_run = False  # bound pods go Running at once
         self.token = secrets.token_hex(16)
         self.store = Store()
@@ -794,6 +796,17 @@ class FakeKube:
         it."""
         with self.lock:
             return self.store.put(obj)
+
+    def set_status(self, kind: str, namespace: str | None, name: str, status: dict) -> dict:
+        """Replace an object's status as its controller would (for kinds no controller here
+        plays, as KubeRay's RayJob); watches see it."""
+        with self.lock:
+            obj = self.store.get(kind, namespace, name)
+            if obj is None:
+                raise KeyError(f"no {kind} {namespace}/{name}")
+            obj = copy.deepcopy(obj)
+            obj["status"] = copy.deepcopy(status)
+            return copy.deepcopy(self.store.put(obj))
 
     def delete_object(self, kind: str, name: str, namespace: str | None = None) -> None:
         """Delete one object alone (no garbage collection, no controllers)."""

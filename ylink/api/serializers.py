@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from aistation.api.serializers import RejectUnknownFields, caller_tenant, tenant_and_queue
@@ -13,6 +14,7 @@ from ylink.models import (
     TrainingRun,
 )
 from ylink.selectors import dataset_version_list, training_run_list
+from ylink.steps import EXECUTORS
 
 
 class DatasetCreateSerializer(RejectUnknownFields, serializers.Serializer):
@@ -146,6 +148,10 @@ class PipelineRunStartSerializer(DatasetChoice):
                                              help_text="A finished tokenizer run for the "
                                              "tokenize step (default: bytes).")
     resources = PipelineResourcesSerializer(default=dict)
+    executor = serializers.ChoiceField(
+        choices=list(EXECUTORS), default="local",
+        help_text="`local`: `replicas` plain replicas. `ray`: datatrove's RayPipelineExecutor "
+        "on a Ray cluster job of `replicas` workers (and a head); the same output.")
 
     def validate(self, attrs):
         attrs = super().validate(attrs)
@@ -176,6 +182,9 @@ class TrainingRunStartSerializer(DatasetChoice):
                                   "context_length (pretraining).")
     tokenizer = serializers.DictField(required=False, help_text="vocab_size, min_frequency.")
     lora = serializers.DictField(required=False, help_text="r, alpha, dropout, target_modules.")
+    prompt_tuning = serializers.DictField(
+        required=False, help_text="Prompt-tuning kinds: num_virtual_tokens, init, init_text, "
+        "num_ranks, tasks, source_adapter_path, source_task.")
     training = serializers.DictField(required=False, help_text="max_steps, batch_size, "
                                      "grad_accum, lr, warmup_steps, checkpoint_every, …")
     replicas = serializers.IntegerField(min_value=1, max_value=1024, default=1)
@@ -217,23 +226,39 @@ class _RunSerializer(serializers.ModelSerializer):
 class PipelineRunSerializer(_RunSerializer):
     input_version = DatasetVersionSerializer(read_only=True)
     output_version = DatasetVersionSerializer(read_only=True)
+    executor = serializers.SerializerMethodField(
+        help_text="`ray`: run by datatrove's RayPipelineExecutor on a Ray cluster job.")
 
     class Meta:
         model = PipelineRun
         fields = ["id", "name", "tenant", "state", "reason", "waiting_reason", "message",
                   "input_version",
-                  "steps", "replicas", "tokenizer_run", "step_results", "output_version",
-                  "job", "created_by", "created_at", "finished_at"]
+                  "steps", "replicas", "executor", "tokenizer_run", "step_results",
+                  "output_version", "job", "created_by", "created_at", "finished_at"]
+
+    @extend_schema_field(serializers.ChoiceField(choices=list(EXECUTORS)))
+    def get_executor(self, run) -> str:
+        return "ray" if run.job is not None and run.job.ray else "local"
 
 
 class TrainingRunSerializer(_RunSerializer):
     dataset_version = DatasetVersionSerializer(read_only=True)
     base_run = serializers.PrimaryKeyRelatedField(read_only=True)
+    after_run = serializers.PrimaryKeyRelatedField(
+        read_only=True, help_text="A recipe's earlier stage: this run's job starts once it "
+        "succeeds.")
+
+    def get_reason(self, run) -> str:
+        before = run.waiting_for
+        if before is not None and not run.message:
+            return f"waiting for training run {before.pk} to succeed"
+        return super().get_reason(run)
 
     class Meta:
         model = TrainingRun
         fields = ["id", "name", "tenant", "kind", "state", "reason", "waiting_reason", "message",
-                  "dataset_version", "base_run", "spec", "gpus", "replicas", "step",
+                  "dataset_version", "base_run", "after_run", "spec", "gpus", "replicas",
+                  "step",
                   "total_steps", "tokens", "tokens_per_s", "eta_s", "loss", "lr",
                   "resumed_from_step", "progress_at", "artifact", "output_path", "parameters",
                   "job", "created_by", "created_at", "finished_at"]

@@ -10,6 +10,13 @@ split over the replicas, then clustering) waits for everyone on a barrier of mar
 `work_dir`, and the next segment starts with the dedup filter. Rank 0 merges every replica's
 per-step counts and reports `data_step` events and `done`.
 
+With `executor: ray` in the spec the runner runs once, on the head of a Ray cluster (RAY_ADDRESS;
+without it, a Ray of this machine): each segment, and MinHash's bucket stage, is one datatrove
+RayPipelineExecutor of N tasks (N = the spec's `tasks`, else the cluster's CPUs), run in order from
+this process, which also runs the one-task global stages as rank 0 does; the steps, files and
+per-step records are those of N replicas, so the output and the statistics are the gang's.
+`work_dir` and `output_dir` must be on storage every Ray node shares.
+
 Datatrove's own logs go to `work_dir/attempt-N/logs/`; the job log shows only this runner's lines,
 errors and the OGAI-EVENT lines.
 """
@@ -18,9 +25,12 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -28,15 +38,16 @@ from typing import Any
 
 from ylink.runners import DataError
 from ylink.runners.report import Reporter
-from ylink.steps import DEDUP_STEPS, StepError, validate_steps
+from ylink.steps import DEDUP_STEPS, EXECUTORS, StepError, validate_steps
 
-__all__ = ["DataError", "PeerFailed", "SpecError", "directory_content_hash", "load_spec", "main",
-           "run"]
+__all__ = ["EXECUTORS", "DataError", "PeerFailed", "SpecError", "directory_content_hash",
+           "load_spec", "main", "run"]
 
 DEFAULT_BARRIER_TIMEOUT_S = 6 * 3600
 OUTPUT_PATTERNS = ("*.jsonl", "*.ds", "*.ds.index", "*.ds.metadata", "*.ds.loss", "meta.json",
                    "tokenizer.json")
-DROP_REASONS = {"exact_dedup": "exact_duplicate", "minhash_dedup": "near_duplicate"}
+DROP_REASONS = {"exact_dedup": "exact_duplicate", "minhash_dedup": "near_duplicate",
+                "hap": "hap"}
 CHANGE_REASONS = {"normalize": "normalized", "pii": "scrubbed", "c4_lines": "lines_removed"}
 
 
@@ -94,9 +105,19 @@ def load_spec(path: str | Path) -> dict:
             tokenizer_path = os.path.join(tokenizer_path, "tokenizer.json")
         if not os.path.isfile(tokenizer_path):
             raise SpecError(f"tokenizer_path: {tokenizer_path} does not exist")
+    models = _model_paths(spec.get("models"), steps)
     timeout = spec.get("barrier_timeout_s", DEFAULT_BARRIER_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise SpecError("barrier_timeout_s: must be a positive number of seconds")
+    executor = spec.get("executor") or "local"
+    if executor not in EXECUTORS:
+        raise SpecError(f"executor: must be 'local' (replicas, the default) or 'ray' (datatrove's "
+                        f"RayPipelineExecutor on a Ray cluster), got {executor!r}")
+    tasks = spec.get("tasks")
+    if tasks is not None and (isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1):
+        raise SpecError(f"tasks: must be a positive integer, got {tasks!r}")
+    if tasks is not None and executor != "ray":
+        raise SpecError("tasks: only with executor 'ray' (replicas are the job's replica count)")
     return {
         "run": spec.get("run"),
         "input": {"path": input_dir, "format": "jsonl"},
@@ -104,8 +125,32 @@ def load_spec(path: str | Path) -> dict:
         "work_dir": work_dir,
         "steps": steps,
         "tokenizer_path": tokenizer_path,
+        "models": models,
         "barrier_timeout_s": float(timeout),
+        "executor": executor,
+        "tasks": tasks,
     }
+
+
+def _model_paths(models: Any, steps: list[dict]) -> dict[str, str]:
+    """The local folders of the registry models the steps name (`models` in the spec maps each
+    reference to its folder; the platform resolves them when the run is submitted)."""
+    from ylink.runners.hap import model_references
+
+    if models is None:
+        models = {}
+    if not isinstance(models, dict):
+        raise SpecError("models: must be an object of model references to local folders")
+    paths: dict[str, str] = {}
+    for index, reference in model_references(steps):
+        if reference not in models:
+            raise SpecError(f"steps[{index}].params.model: the spec gives no local folder for "
+                            f"{reference} (models.{reference})")
+        path = _absolute(models[reference], f"models.{reference}")
+        if not os.path.isdir(path):
+            raise SpecError(f"models.{reference}: directory {path} does not exist")
+        paths[reference] = path
+    return paths
 
 
 # -- work directory and barrier ---------------------------------------------------------------
@@ -317,23 +362,23 @@ class Run:
         for index in segment["steps"]:
             step = self.steps[index]
             if step["type"] == "tokenize":
-                from datatrove.pipeline.tokens import DocumentTokenizer
-
+                from ylink.runners.data_steps import RankSeededTokenizer
                 from ylink.runners.shards import EOS_TOKEN
 
                 pipeline.append(OutputStats(stats))
-                tokenizer = DocumentTokenizer(
+                tokenizer = RankSeededTokenizer(  # shuffles with seed + the task's rank
                     str(self.output_dir), self.tokenizer_path,
                     local_working_dir=str(self.layout.root / "tokenize"),
                     eos_token=EOS_TOKEN, shuffle_documents=step["params"]["shuffle"],
-                    seed=step["params"]["seed"] + self.rank, batch_size=1000,
+                    seed=step["params"]["seed"], batch_size=1000,
                 )
                 pipeline.append(self._counted(tokenizer, index, terminal=True))
                 continue
             kind = step["type"]
             pipeline.append(self._counted(
-                build_step(step), index, change_reason=CHANGE_REASONS.get(kind, "changed"),
-                sample_after_only=kind == "pii",
+                build_step(step, self.spec.get("models")), index,
+                change_reason=CHANGE_REASONS.get(kind, "changed"),
+                sample_after_only=kind == "pii", drop_reason=DROP_REASONS.get(kind),
             ))
         after = segment["after"]
         if after is not None:
@@ -408,6 +453,10 @@ class Run:
         self.barrier.wait(f"dedup-{index}-clustered")
 
     # -- the run -------------------------------------------------------------------------------
+    def _run_segment(self, number: int, pipeline: list) -> None:
+        _execute(pipeline, tasks=self.world_size, local_tasks=1, offset=self.rank,
+                 logs=self.layout.logs / f"segment-{number}")
+
     def prepare(self) -> None:
         if self.rank == 0:
             if self.world_size == 1 and self.layout.root.exists():
@@ -434,8 +483,7 @@ class Run:
         segments = _segments(self.steps)
         for number, segment in enumerate(segments):
             t0 = time.perf_counter()
-            _execute(self._segment_pipeline(number, segment), tasks=self.world_size,
-                     local_tasks=1, offset=self.rank, logs=self.layout.logs / f"segment-{number}")
+            self._run_segment(number, self._segment_pipeline(number, segment))
             names = [self.steps[i]["type"] for i in segment["steps"]]
             if segment["before"] is not None:
                 names.insert(0, f"{self.steps[segment['before']]['type']} (filter)")
@@ -485,6 +533,7 @@ class Run:
             "text_bytes": sum(r["bytes"] for r in outputs),
             "length_histogram": {"edges": OutputStats.EDGES, "counts": histogram},
             "world_size": self.world_size,
+            "executor": self.spec["executor"],
             "seconds": round(self.seconds, 3),
             "steps": [{k: v for k, v in step.items() if k != "samples"} for step in steps],
         }
@@ -524,6 +573,148 @@ class Run:
         }
         (self.output_dir / "meta.json").write_text(json.dumps(meta, indent=1))
         return {"documents": documents, "tokens": tokens}
+
+
+class RayRun(Run):
+    """The whole run from one process on a Ray cluster (`executor: ray`): each segment and
+    MinHash's bucket stage is a datatrove RayPipelineExecutor, run in order (this process is the
+    gang's barrier). It is task RANK of N exactly as replica RANK of N replicas is, and writes the
+    same files and per-step records, so `finish` merges and reports as rank 0 of a gang does."""
+
+    def __init__(self, spec: dict, attempt: int):
+        self.owns_ray = connect_ray()
+        try:
+            tasks = spec["tasks"] or ray_task_slots()
+        except BaseException:
+            self.close()
+            raise
+        super().__init__(spec, 0, tasks, attempt)
+        # one process: the barrier never waits for peers
+        self.barrier = Barrier(self.layout.barrier, 0, 1, spec["barrier_timeout_s"])
+
+    def close(self) -> None:
+        if self.owns_ray:
+            import ray
+
+            ray.shutdown()
+            self.owns_ray = False
+
+    def _ray_execute(self, pipeline: list, *, tasks: int, logs: Path) -> None:
+        from datatrove.executor.ray import RayPipelineExecutor
+
+        executor = RayPipelineExecutor(
+            # one task per Ray job: several would be a pool forked inside the actor
+            pipeline, tasks=tasks, workers=self.world_size, tasks_per_job=1,
+            logging_dir=str(logs), skip_completed=False,
+            # one CPU per task, as a replica; memory is the cluster nodes' own limit
+            cpus_per_task=1, mem_per_cpu_gb=0,
+        )
+        # datatrove's run() does not raise when a task fails (completions say which did not
+        # end), and waits for ever on an actor that never started: bounded like the barrier
+        error: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                executor.run()
+            except BaseException as exc:
+                error.append(exc)
+
+        thread = threading.Thread(target=run, name=f"ray {logs.name}", daemon=True)
+        thread.start()
+        thread.join(self.spec["barrier_timeout_s"])
+        if thread.is_alive():
+            raise DataError(f"Ray stage {logs.name} did not end in "
+                            f"{self.spec['barrier_timeout_s']:.0f} s; giving up")
+        if error:
+            raise error[0]
+        missing = executor.get_incomplete_ranks(range(tasks), skip_completed=True)
+        if missing:
+            raise DataError(_task_failure(logs, missing, tasks))
+
+    def _run_segment(self, number: int, pipeline: list) -> None:
+        self._ray_execute(pipeline, tasks=self.world_size,
+                          logs=self.layout.logs / f"segment-{number}")
+
+    # The one-task global stages (exact dedup's find, MinHash's clustering) run in this process,
+    # as on rank 0 of a gang: a Ray task would add an actor's start-up (seconds) to light work.
+
+    def _global_minhash(self, index: int) -> None:
+        from datatrove.pipeline.dedup import MinhashDedupBuckets
+
+        from ylink.runners.data_steps import BucketShare, EarliestMinhashCluster
+
+        config = _minhash_config(self.steps[index]["params"])
+        folder = self.layout.dedup(index)
+        started = time.perf_counter()
+        step = MinhashDedupBuckets(str(folder / "signatures"), str(folder / "buckets"),
+                                   config=config)
+        # one Ray task per worker, each a contiguous share of the buckets (as the replicas)
+        self._ray_execute([BucketShare(step, config.num_buckets)], tasks=self.world_size,
+                          logs=self.layout.logs / f"dedup-{index}-buckets")
+        self._timed(index, "buckets", started)
+        started = time.perf_counter()
+        cluster = EarliestMinhashCluster(str(folder / "buckets"), str(folder / "remove"),
+                                         str(folder / "positions"), config)
+        _execute([cluster], tasks=1, local_tasks=1, offset=0,
+                 logs=self.layout.logs / f"dedup-{index}-cluster")
+        self._timed(index, "cluster", started)
+
+    def prepare(self) -> None:
+        if self.layout.root.exists():  # this process alone writes the attempt's folder
+            shutil.rmtree(self.layout.root)
+        super().prepare()
+
+    def discard_output(self) -> None:
+        for pattern in OUTPUT_PATTERNS:
+            for path in self.output_dir.glob(pattern):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
+def connect_ray() -> bool:
+    """Joins the Ray cluster at RAY_ADDRESS (a Ray cluster job sets it), or starts a Ray of this
+    machine without it; returns whether this process started Ray (and must stop it)."""
+    try:
+        import ray
+    except ImportError:
+        raise SpecError("executor: 'ray' needs ray installed in the job's environment "
+                        "(pip install 'ogai[ray]')") from None
+    if ray.is_initialized():
+        return False
+    address = os.environ.get("RAY_ADDRESS") or None
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if address is None:
+        options["include_dashboard"] = False
+    try:
+        ray.init(address=address, **options)
+    except Exception as exc:
+        raise DataError(f"executor ray: cannot join the Ray cluster at "
+                        f"{address or 'this machine'} ({type(exc).__name__}: {exc})") from None
+    return True
+
+
+def ray_task_slots() -> int:
+    """Tasks of a Ray run when the spec does not say: one per CPU of the cluster."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+_LOG_ERROR = re.compile(r"\| ERROR\s+\| [^ ]+ - (.*)$")
+
+
+def _task_failure(logs: Path, missing: list[int], tasks: int) -> str:
+    """Why a Ray stage failed, from the first failed task's datatrove log (the error line its
+    exception was logged with)."""
+    for rank in missing:
+        path = logs / "logs" / f"task_{rank:05d}.log"
+        with contextlib.suppress(OSError):
+            errors = [m.group(1) for line in path.read_text(errors="replace").splitlines()
+                      if (m := _LOG_ERROR.search(line))]
+            if errors:
+                return errors[-1].strip()
+    return (f"Ray tasks {', '.join(map(str, missing))} of {tasks} did not complete; "
+            f"see {logs / 'logs'}")
 
 
 def _read_records(folder: Path) -> dict[tuple[str, str], list[dict]]:
@@ -614,7 +805,8 @@ def run(spec_path: str | Path, *, reporter: Reporter | None = None) -> dict | No
     reporter.send("started", attempt=attempt, world_size=world_size, resumed_from_step=None)
     spec = load_spec(spec_path)
     _quiet_datatrove_logging()
-    job = Run(spec, rank, world_size, attempt)
+    job = RayRun(spec, attempt) if spec["executor"] == "ray" else Run(spec, rank, world_size,
+                                                                        attempt)
     try:
         job.prepare()
         job.execute()
@@ -625,6 +817,9 @@ def run(spec_path: str | Path, *, reporter: Reporter | None = None) -> dict | No
             job.barrier.fail(" ".join(message.split()))
         job.discard_output()
         raise
+    finally:
+        if isinstance(job, RayRun):
+            job.close()
 
 
 def main(argv: list[str] | None = None) -> int:

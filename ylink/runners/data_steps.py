@@ -30,10 +30,12 @@ from ylink.runners import DataError
 
 __all__ = [
     "POSITION_KEY",
+    "BucketShare",
     "CountedStep",
     "DataError",
     "EarliestMinhashCluster",
     "GlobalExactFind",
+    "HapFilter",
     "InputReader",
     "JsonlFileWriter",
     "LengthFilter",
@@ -42,6 +44,7 @@ __all__ = [
     "PIIScrubber",
     "PositionRecorder",
     "RankFileReader",
+    "RankSeededTokenizer",
     "build_step",
     "exact_dedup_config",
     "output_adapter",
@@ -324,9 +327,48 @@ class LengthFilter(BaseFilter):
         return True
 
 
-def build_step(step: dict) -> PipelineStep:
-    """The datatrove step for a validated per-document step (not dedup, not tokenize)."""
+class HapFilter(BaseFilter):
+    """Drops documents whose hate/abuse/profanity score (the highest of their sentences', see
+    ylink.runners.hap) is above `threshold`. Scores documents in batches (the classifier and a
+    model score all sentences of a batch at once); the scorer loads on first use, in the task's
+    process."""
+
+    name = "🤬 HAP"
+
+    def __init__(self, scorer: str = "wordlist", threshold: float = 0.5,
+                 model_path: str | None = None, batch_size: int = 256):
+        super().__init__(batch_size=batch_size)
+        self.scorer = scorer
+        self.threshold = threshold
+        self.model_path = model_path
+        self._scorer = None
+
+    def score(self, texts: list[str]) -> list[float]:
+        if self._scorer is None:
+            from ylink.runners.hap import make_scorer
+
+            self._scorer = make_scorer(self.scorer, self.model_path)
+        return self._scorer.score_documents(texts)
+
+    def filter_batch(self, batch: list[Document]) -> list[bool | tuple[bool, str]]:
+        return [(False, "hap") if score > self.threshold else True
+                for score in self.score([doc.text for doc in batch])]
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        return self.filter_batch([doc])[0]
+
+
+def build_step(step: dict, models: dict[str, str] | None = None) -> PipelineStep:
+    """The datatrove step for a validated per-document step (not dedup, not tokenize).
+    `models` maps the registry references steps name to their local folders."""
     kind, p = step["type"], step["params"]
+    if kind == "hap":
+        model_path = None
+        if p["scorer"] == "model":
+            model_path = (models or {}).get(p["model"])
+            if not model_path:
+                raise DataError(f"hap: no local folder given for model {p['model']}")
+        return HapFilter(scorer=p["scorer"], threshold=p["threshold"], model_path=model_path)
     if kind == "normalize":
         return NormalizeFormatter(**p)
     if kind == "length_filter":
@@ -562,6 +604,54 @@ class OutputStats(PipelineStep):
             yield doc
         write_record(self.stats_dir, "output", "main", rank,
                      {"documents": documents, "bytes": size, "histogram": counts})
+
+
+def _document_tokenizer():
+    from datatrove.pipeline.tokens import DocumentTokenizer
+
+    return DocumentTokenizer
+
+
+class RankSeededTokenizer(PipelineStep):
+    """datatrove's DocumentTokenizer shuffling with `seed + rank`: the seed is set when the task
+    runs, not when the step is built, so one pipeline object serves every task (as the Ray
+    executor ships it) and shuffles as a replica built for its own rank would."""
+
+    type = "🔢 - TOKENIZER"
+    name = "✍️ Writer"
+
+    def __init__(self, *args, seed: int = 0, **kwargs):
+        super().__init__()
+        self.inner = _document_tokenizer()(*args, seed=seed, **kwargs)
+        self.seed = seed
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1):
+        self.inner.rand = np.random.default_rng(self.seed + rank)
+        return self.inner.run(data, rank, world_size)
+
+
+class BucketShare(PipelineStep):
+    """A one-bucket-per-task stage (datatrove's MinhashDedupBuckets) as N tasks: task r of N runs
+    a contiguous share of the `buckets`, one after another, as replica r of N does. (Datatrove's
+    Ray executor would run several tasks of one Ray job as a pool forked inside its actor, which
+    can deadlock.)"""
+
+    type = "🫂 - DEDUPS"
+    name = "bucket share"
+
+    def __init__(self, inner: PipelineStep, buckets: int):
+        super().__init__()
+        self.inner = inner
+        self.buckets = buckets
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        share, extra = divmod(self.buckets, world_size)
+        first = rank * share + min(rank, extra)
+        for bucket in range(first, first + share + (1 if rank < extra else 0)):
+            output = self.inner.run(None, bucket, self.buckets)
+            if output is not None:
+                deque(output, maxlen=0)
+        yield from ()
 
 
 # -- global dedup stages --------------------------------------------------------------------

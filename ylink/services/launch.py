@@ -31,10 +31,11 @@ def run_display(run: ToolchainRun, kind: str) -> str:
 def run_launch(*, actor, run: ToolchainRun, kind: str, module: str, spec: dict, queue: Queue,
                replicas: int = 1, gpus: int = 0, gpu_model: str = "", cpu: float = 1.0,
                memory_mib: int = 2048, max_restarts: int = 2,
-               reads: tuple[str | None, ...] = ()) -> Job:
+               reads: tuple[str | None, ...] = (), ray: dict | None = None) -> Job:
     """Write the run's spec into its folder and submit the job that runs it. Called inside
     the transaction that created the run (it needs the run's id). The job sees its run folder
-    and the folders in `reads` (read-only), nothing else of the data directory."""
+    and the folders in `reads` (read-only), nothing else of the data directory. `ray` makes the
+    job a Ray cluster (aistation's `kind: ray`) whose head runs the runner."""
     folder = storage.run_folder(kind, run.pk, run.created_at)
     folder.mkdir(parents=True, exist_ok=True)
     spec = {**spec, "run": run.pk}
@@ -55,7 +56,7 @@ def run_launch(*, actor, run: ToolchainRun, kind: str, module: str, spec: dict, 
         mounts=[DataMount(str(folder), read_only=False),
                 *(DataMount(str(Path(path)), read_only=True) for path in dict.fromkeys(reads)
                   if path)],
-        labels={OWNER_LABEL: run_display(run, kind)},
+        labels={OWNER_LABEL: run_display(run, kind)}, ray=ray,
     )
     job_token_bind(job=job, secret=secret)
     run.job = job

@@ -2,6 +2,7 @@
 report (a new dataset version with lineage to its input)."""
 
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -13,12 +14,12 @@ from aistation.services.jobs import job_cancel
 from infra_os.access import require_role
 from infra_os.choices import WRITE_ROLES
 from infra_os.services.audit import audit_record
-from ylink import storage
+from ylink import callbacks, storage
 from ylink.choices import FINAL_RUN_STATES, TrainingKind, VersionFormat
 from ylink.models import DatasetVersion, PipelineRun, TrainingRun
 from ylink.services.datasets import dataset_version_from_run
 from ylink.services.launch import run_launch
-from ylink.steps import StepError, validate_steps
+from ylink.steps import EXECUTORS, StepError, validate_steps
 
 MAX_REPLICAS = 64
 
@@ -33,6 +34,24 @@ def _tokenizer_path(run: TrainingRun | None, tenant_id: int) -> str | None:
     return str(Path(run.output_path) / "tokenizer.json")
 
 
+def _model_paths(*, actor, tenant, steps: list[dict]) -> dict[str, str]:
+    """The local folders of the registry models the steps name (the hap step's model scorer),
+    found through the registry's callback: the runner gets plain paths."""
+    from ylink.runners.hap import model_references
+
+    paths: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for index, reference in model_references(steps):
+        try:
+            paths[reference] = callbacks.model_path(actor=actor, tenant=tenant,
+                                                    reference=reference)
+        except callbacks.ModelNotFound as error:
+            errors[f"steps[{index}].params.model"] = str(error)
+    if errors:
+        raise ValidationError(errors)
+    return paths
+
+
 def check_steps(steps) -> list[dict]:
     try:
         return validate_steps(steps)
@@ -44,7 +63,10 @@ def check_steps(steps) -> list[dict]:
 def pipeline_run_start(*, actor, version: DatasetVersion, steps: list, queue: Queue,
                        name: str = "", replicas: int = 1, tokenizer_run: TrainingRun | None = None,
                        cpu: float = 1.0, memory_mib: int = 2048,
-                       then_train: dict | None = None) -> PipelineRun:
+                       then_train: dict | None = None, executor: str = "local") -> PipelineRun:
+    """`executor` "ray": the steps run through datatrove's RayPipelineExecutor on a Ray cluster
+    job of `replicas` workers (and a head that runs the runner), with the same output as
+    `replicas` plain replicas."""
     tenant = version.dataset.tenant
     require_role(actor, tenant, WRITE_ROLES)
     if queue.tenant_id != tenant.pk:
@@ -54,12 +76,16 @@ def pipeline_run_start(*, actor, version: DatasetVersion, steps: list, queue: Qu
                                "documents."})
     if not 1 <= replicas <= MAX_REPLICAS:
         raise ValidationError({"replicas": f"Use 1 to {MAX_REPLICAS} replicas."})
+    if executor not in EXECUTORS:
+        raise ValidationError({"executor": f"Use one of {', '.join(EXECUTORS)}, not "
+                               f"{executor!r}."})
     steps = check_steps(steps)
     tokenizes = any(step["type"] == "tokenize" for step in steps)
     if tokenizer_run is not None and not tokenizes:
         raise ValidationError({"tokenizer_run": "Only a tokenize step uses a tokenizer; add "
                                "one as the last step."})
     tokenizer_path = _tokenizer_path(tokenizer_run, tenant.pk)
+    models = _model_paths(actor=actor, tenant=tenant, steps=steps)
     run = PipelineRun.objects.create(
         tenant=tenant, created_by=actor, name=name or f"{version.dataset.name}-pipeline",
         input_version=version, steps=steps, replicas=replicas, tokenizer_run=tokenizer_run,
@@ -67,20 +93,30 @@ def pipeline_run_start(*, actor, version: DatasetVersion, steps: list, queue: Qu
     )
     folder = storage.run_folder("pipeline-runs", run.pk, run.created_at)
     input_path = str(storage.absolute(version.path))
-    spec = {
+    spec: dict[str, Any] = {
         "input": {"path": input_path, "format": version.format},
         "output_dir": str(folder / "output"),
         "work_dir": str(folder / "work"),
         "steps": steps,
         "tokenizer_path": tokenizer_path,
+        "models": models,
     }
+    ray = None
+    if executor == "ray":
+        # one Ray task per worker, each a replica's share; the head runs the runner
+        spec.update(executor="ray", tasks=replicas)
+        node = {"gpus": 0, "gpu_model": "", "cpu": cpu, "memory_mib": memory_mib}
+        ray = {"workers": replicas, "head": dict(node), "worker": node, "dashboard": False}
     run_launch(actor=actor, run=run, kind="pipeline-runs", module="ylink.runners.data",
-               spec=spec, queue=queue, replicas=replicas, cpu=cpu, memory_mib=memory_mib,
+               spec=spec, queue=queue, replicas=replicas + (1 if ray else 0), cpu=cpu,
+               memory_mib=memory_mib, ray=ray,
                reads=(input_path,
-                      str(Path(tokenizer_path).parent) if tokenizer_path else None))
+                      str(Path(tokenizer_path).parent) if tokenizer_path else None,
+                      *models.values()))
     audit_record(actor=actor, action="pipeline_run.start", obj=run, tenant=tenant,
                  changes={"version": str(version), "steps": [s["type"] for s in steps],
-                          "replicas": replicas})
+                          "replicas": replicas,
+                          **({"executor": executor} if executor != "local" else {})})
     return run
 
 
