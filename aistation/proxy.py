@@ -241,47 +241,50 @@ def _token_user(authorization: str) -> Any:
     return token.user
 
 
-def _resolve_sync(session_key: str | None, notebook_id: int) -> Any:
-    """In the ORM's thread: the signed-in user, then the notebook's ProxyTarget; or Denied."""
+def _in_orm_thread(user_of: Callable[[], Any], target_of: Callable[[Any], Any]) -> Any:
+    """In the ORM's thread: the signed-in user, then what it may reach (None when nobody is
+    signed in; target_of raises Denied), with the thread's old connections closed around."""
     from django.db import close_old_connections
-
-    from aistation.services import notebooks  # at call time: tests replace its functions
 
     close_old_connections()
     try:
-        user = _session_user(session_key)
-        if user is None:
-            return None
+        user = user_of()
+        return None if user is None else target_of(user)
+    finally:
+        close_old_connections()
+
+
+def _resolve_sync(session_key: str | None, notebook_id: int) -> Any:
+    """The notebook's ProxyTarget for the session's user; or Denied."""
+    from aistation.services import notebooks  # at call time: tests replace its functions
+
+    def target_of(user: Any) -> Any:
         try:
             return notebooks.notebook_proxy_target(user=user, notebook_id=notebook_id)
         except notebooks.NotebookNotFound:
             raise Denied(404, "No such notebook") from None
         except notebooks.NotebookNotRunning as exc:
             raise Denied(503, str(exc) or "The notebook is not running") from None
-    finally:
-        close_old_connections()
+
+    return _in_orm_thread(lambda: _session_user(session_key), target_of)
 
 
 def _resolve_ray_sync(session_key: str | None, authorization: str | None, job_id: int) -> Any:
-    """In the ORM's thread: the user (an API token, else the session), then the upstream of
-    Ray job `job_id`'s dashboard; None when nobody is signed in; or Denied."""
-    from django.db import close_old_connections
-
+    """The upstream of Ray job `job_id`'s dashboard for the user of an API token, else of the
+    session; or Denied."""
     from aistation.services import ray_clusters
 
-    close_old_connections()
-    try:
-        user = _token_user(authorization) if authorization else _session_user(session_key)
-        if user is None:
-            return None
+    def target_of(user: Any) -> Any:
         try:
             return ray_clusters.ray_dashboard_upstream(user=user, job_id=job_id)
         except ray_clusters.RayDashboardNotFound:
             raise Denied(404, "No such Ray dashboard") from None
         except ray_clusters.RayDashboardNotRunning as exc:
             raise Denied(503, str(exc) or "The Ray cluster is not running") from None
-    finally:
-        close_old_connections()
+
+    return _in_orm_thread(
+        lambda: _token_user(authorization) if authorization else _session_user(session_key),
+        target_of)
 
 
 def _raw_path(scope: Scope) -> str:

@@ -426,8 +426,6 @@ class Run:
     def _global_minhash(self, index: int) -> None:
         from datatrove.pipeline.dedup import MinhashDedupBuckets
 
-        from ylink.runners.data_steps import EarliestMinhashCluster
-
         config = _minhash_config(self.steps[index]["params"])
         folder = self.layout.dedup(index)
         buckets = config.num_buckets
@@ -444,13 +442,20 @@ class Run:
             self._timed(index, "buckets", started)
         self.barrier.wait(f"dedup-{index}-buckets")
         if self.rank == 0:
-            started = time.perf_counter()
-            cluster = EarliestMinhashCluster(str(folder / "buckets"), str(folder / "remove"),
-                                             str(folder / "positions"), config)
-            _execute([cluster], tasks=1, local_tasks=1, offset=0,
-                     logs=self.layout.logs / f"dedup-{index}-cluster")
-            self._timed(index, "cluster", started)
+            self._cluster_minhash(index, folder, config)
         self.barrier.wait(f"dedup-{index}-clustered")
+
+    def _cluster_minhash(self, index: int, folder: Path, config: Any) -> None:
+        """MinHash's clustering of the buckets into what to remove: one task, in this
+        process."""
+        from ylink.runners.data_steps import EarliestMinhashCluster
+
+        started = time.perf_counter()
+        cluster = EarliestMinhashCluster(str(folder / "buckets"), str(folder / "remove"),
+                                         str(folder / "positions"), config)
+        _execute([cluster], tasks=1, local_tasks=1, offset=0,
+                 logs=self.layout.logs / f"dedup-{index}-cluster")
+        self._timed(index, "cluster", started)
 
     # -- the run -------------------------------------------------------------------------------
     def _run_segment(self, number: int, pipeline: list) -> None:
@@ -641,7 +646,7 @@ class RayRun(Run):
     def _global_minhash(self, index: int) -> None:
         from datatrove.pipeline.dedup import MinhashDedupBuckets
 
-        from ylink.runners.data_steps import BucketShare, EarliestMinhashCluster
+        from ylink.runners.data_steps import BucketShare
 
         config = _minhash_config(self.steps[index]["params"])
         folder = self.layout.dedup(index)
@@ -652,12 +657,7 @@ class RayRun(Run):
         self._ray_execute([BucketShare(step, config.num_buckets)], tasks=self.world_size,
                           logs=self.layout.logs / f"dedup-{index}-buckets")
         self._timed(index, "buckets", started)
-        started = time.perf_counter()
-        cluster = EarliestMinhashCluster(str(folder / "buckets"), str(folder / "remove"),
-                                         str(folder / "positions"), config)
-        _execute([cluster], tasks=1, local_tasks=1, offset=0,
-                 logs=self.layout.logs / f"dedup-{index}-cluster")
-        self._timed(index, "cluster", started)
+        self._cluster_minhash(index, folder, config)
 
     def prepare(self) -> None:
         if self.layout.root.exists():  # this process alone writes the attempt's folder
