@@ -31,6 +31,16 @@ pytest_plugins = ["tests.redfish.fixtures"]
 REPO = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Before a test's fixtures (its database among them) are torn down, a gateway served in a
+    thread stops its background work: a routing refresh meeting the flush's TRUNCATE can
+    deadlock it, leaving the next test the rows of this one."""
+    from mmodel.gateway import app as gateway_app
+
+    gateway_app.quiesce()
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     # The real hasher costs ~0.3 s a user on these cores; tests create dozens.

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from mmodel.gateway import auth, context, limits, routing, upstream
-from mmodel.gateway.db import fire_and_forget, run_db
+from mmodel.gateway.db import db_calls_in_flight, fire_and_forget, run_db
 from mmodel.gateway.errors import (
     GatewayError,
     bad_request,
@@ -615,6 +615,28 @@ async def _background() -> None:
         except Exception:
             logger.exception("gateway: could not write usage and statistics at shutdown")
         await upstream.close()
+
+
+def quiesce(timeout: float = 10.0) -> None:
+    """From outside the server's loop: stop the background task (it writes what is buffered)
+    and wait for the database calls in flight; the next request starts the task again. Tests
+    call it before emptying their database, which a routing refresh running into it could
+    deadlock."""
+    global _background_loop, _background_task
+    loop, task = _background_loop, _background_task
+    _background_loop = _background_task = None
+    if loop is None or task is None or loop.is_closed() or not loop.is_running():
+        return
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        pending = list(db_calls_in_flight())
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout)
 
 
 def _ensure_background() -> None:

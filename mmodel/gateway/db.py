@@ -34,6 +34,11 @@ async def run_db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await loop.run_in_executor(_executor, _in_thread, fn, args, kwargs)
 
 
+def db_calls_in_flight() -> set[asyncio.Future]:
+    """The fire-and-forget calls not finished yet."""
+    return set(_background)
+
+
 def fire_and_forget(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """Run `fn` in a database thread without waiting; failures are logged."""
     loop = asyncio.get_running_loop()
