@@ -7,7 +7,7 @@ of JSONL files), one after the other:
   (b) the same steps built directly with plain datatrove in one process, 1 task, the same stages
       (filters → exact dedup → MinHash dedup → tokenize) and the same intermediate files;
   (c) the runner with 2 replicas (two processes, RANK=0/1, WORLD_SIZE=2, started together);
-  (d) the runner once with `executor: ray` (datatrove's RayPipelineExecutor, 2 tasks) on a Ray
+  (d) the runner once with `executor: ray` (2 tasks of datatrove's RayPipelineExecutor) on a Ray
       cluster of this machine with 2 workers of 1 CPU and a head with none (which runs the
       runner), as a `kind: ray` job has.
 Each is timed as the wall time of its processes (start-up included). The Ray cluster's own

@@ -11,9 +11,7 @@ split over the replicas, then clustering) waits for everyone on a barrier of mar
 per-step counts and reports `data_step` events and `done`.
 
 With `executor: ray` in the spec the runner runs once, on the head of a Ray cluster (RAY_ADDRESS;
-without it, a Ray of this machine): each segment, and MinHash's bucket stage, is one datatrove
-RayPipelineExecutor of N tasks (N = the spec's `tasks`, else the cluster's CPUs), run in order from
-this process, which also runs the one-task global stages as rank 0 does; the steps, files and
+without it, a Ray of this machine), as `ylink.runners.data_ray.RayRun`: the steps, files and
 per-step records are those of N replicas, so the output and the statistics are the gang's.
 `work_dir` and `output_dir` must be on storage every Ray node shares.
 
@@ -25,12 +23,9 @@ import argparse
 import contextlib
 import hashlib
 import json
-import logging
 import os
-import re
 import shutil
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -483,6 +478,9 @@ class Run:
                 with contextlib.suppress(OSError):
                     path.unlink()
 
+    def close(self) -> None:
+        """Release what the run holds beyond its files (nothing, for a replica)."""
+
     def execute(self) -> None:
         started = time.perf_counter()
         segments = _segments(self.steps)
@@ -580,143 +578,6 @@ class Run:
         return {"documents": documents, "tokens": tokens}
 
 
-class RayRun(Run):
-    """The whole run from one process on a Ray cluster (`executor: ray`): each segment and
-    MinHash's bucket stage is a datatrove RayPipelineExecutor, run in order (this process is the
-    gang's barrier). It is task RANK of N exactly as replica RANK of N replicas is, and writes the
-    same files and per-step records, so `finish` merges and reports as rank 0 of a gang does."""
-
-    def __init__(self, spec: dict, attempt: int):
-        self.owns_ray = connect_ray()
-        try:
-            tasks = spec["tasks"] or ray_task_slots()
-        except BaseException:
-            self.close()
-            raise
-        super().__init__(spec, 0, tasks, attempt)
-        # one process: the barrier never waits for peers
-        self.barrier = Barrier(self.layout.barrier, 0, 1, spec["barrier_timeout_s"])
-
-    def close(self) -> None:
-        if self.owns_ray:
-            import ray
-
-            ray.shutdown()
-            self.owns_ray = False
-
-    def _ray_execute(self, pipeline: list, *, tasks: int, logs: Path) -> None:
-        from datatrove.executor.ray import RayPipelineExecutor
-
-        executor = RayPipelineExecutor(
-            # one task per Ray job: several would be a pool forked inside the actor
-            pipeline, tasks=tasks, workers=self.world_size, tasks_per_job=1,
-            logging_dir=str(logs), skip_completed=False,
-            # one CPU per task, as a replica; memory is the cluster nodes' own limit
-            cpus_per_task=1, mem_per_cpu_gb=0,
-        )
-        # datatrove's run() does not raise when a task fails (completions say which did not
-        # end), and waits for ever on an actor that never started: bounded like the barrier
-        error: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                executor.run()
-            except BaseException as exc:
-                error.append(exc)
-
-        thread = threading.Thread(target=run, name=f"ray {logs.name}", daemon=True)
-        thread.start()
-        thread.join(self.spec["barrier_timeout_s"])
-        if thread.is_alive():
-            raise DataError(f"Ray stage {logs.name} did not end in "
-                            f"{self.spec['barrier_timeout_s']:.0f} s; giving up")
-        if error:
-            raise error[0]
-        missing = executor.get_incomplete_ranks(range(tasks), skip_completed=True)
-        if missing:
-            raise DataError(_task_failure(logs, missing, tasks))
-
-    def _run_segment(self, number: int, pipeline: list) -> None:
-        self._ray_execute(pipeline, tasks=self.world_size,
-                          logs=self.layout.logs / f"segment-{number}")
-
-    # The one-task global stages (exact dedup's find, MinHash's clustering) run in this process,
-    # as on rank 0 of a gang: a Ray task would add an actor's start-up (seconds) to light work.
-
-    def _global_minhash(self, index: int) -> None:
-        from datatrove.pipeline.dedup import MinhashDedupBuckets
-
-        from ylink.runners.data_steps import BucketShare
-
-        config = _minhash_config(self.steps[index]["params"])
-        folder = self.layout.dedup(index)
-        started = time.perf_counter()
-        step = MinhashDedupBuckets(str(folder / "signatures"), str(folder / "buckets"),
-                                   config=config)
-        # one Ray task per worker, each a contiguous share of the buckets (as the replicas)
-        self._ray_execute([BucketShare(step, config.num_buckets)], tasks=self.world_size,
-                          logs=self.layout.logs / f"dedup-{index}-buckets")
-        self._timed(index, "buckets", started)
-        self._cluster_minhash(index, folder, config)
-
-    def prepare(self) -> None:
-        if self.layout.root.exists():  # this process alone writes the attempt's folder
-            shutil.rmtree(self.layout.root)
-        super().prepare()
-
-    def discard_output(self) -> None:
-        for pattern in OUTPUT_PATTERNS:
-            for path in self.output_dir.glob(pattern):
-                with contextlib.suppress(OSError):
-                    path.unlink()
-
-
-def connect_ray() -> bool:
-    """Joins the Ray cluster at RAY_ADDRESS (a Ray cluster job sets it), or starts a Ray of this
-    machine without it; returns whether this process started Ray (and must stop it)."""
-    try:
-        import ray
-    except ImportError:
-        raise SpecError("executor: 'ray' needs ray installed in the job's environment "
-                        "(pip install 'ogai[ray]')") from None
-    if ray.is_initialized():
-        return False
-    address = os.environ.get("RAY_ADDRESS") or None
-    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
-    if address is None:
-        options["include_dashboard"] = False
-    try:
-        ray.init(address=address, **options)
-    except Exception as exc:
-        raise DataError(f"executor ray: cannot join the Ray cluster at "
-                        f"{address or 'this machine'} ({type(exc).__name__}: {exc})") from None
-    return True
-
-
-def ray_task_slots() -> int:
-    """Tasks of a Ray run when the spec does not say: one per CPU of the cluster."""
-    import ray
-
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
-
-
-_LOG_ERROR = re.compile(r"\| ERROR\s+\| [^ ]+ - (.*)$")
-
-
-def _task_failure(logs: Path, missing: list[int], tasks: int) -> str:
-    """Why a Ray stage failed, from the first failed task's datatrove log (the error line its
-    exception was logged with)."""
-    for rank in missing:
-        path = logs / "logs" / f"task_{rank:05d}.log"
-        with contextlib.suppress(OSError):
-            errors = [m.group(1) for line in path.read_text(errors="replace").splitlines()
-                      if (m := _LOG_ERROR.search(line))]
-            if errors:
-                return errors[-1].strip()
-    return (f"Ray tasks {', '.join(map(str, missing))} of {tasks} did not complete; "
-            f"see {logs / 'logs'}")
-
-
 def _read_records(folder: Path) -> dict[tuple[str, str], list[dict]]:
     records: dict[tuple[str, str], list[dict]] = {}
     for path in sorted(folder.glob("step-*.json")):
@@ -805,8 +666,12 @@ def run(spec_path: str | Path, *, reporter: Reporter | None = None) -> dict | No
     reporter.send("started", attempt=attempt, world_size=world_size, resumed_from_step=None)
     spec = load_spec(spec_path)
     _quiet_datatrove_logging()
-    job = RayRun(spec, attempt) if spec["executor"] == "ray" else Run(spec, rank, world_size,
-                                                                        attempt)
+    if spec["executor"] == "ray":
+        from ylink.runners.data_ray import RayRun
+
+        job: Run = RayRun(spec, attempt)
+    else:
+        job = Run(spec, rank, world_size, attempt)
     try:
         job.prepare()
         job.execute()
@@ -818,8 +683,7 @@ def run(spec_path: str | Path, *, reporter: Reporter | None = None) -> dict | No
         job.discard_output()
         raise
     finally:
-        if isinstance(job, RayRun):
-            job.close()
+        job.close()
 
 
 def main(argv: list[str] | None = None) -> int:
