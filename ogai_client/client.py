@@ -653,10 +653,21 @@ class OgaiClient:
 
     def start_training(self, spec: dict) -> TrainingRun:
         """Start a training run (see POST /api/v1/ylink/training-runs/): `kind` (tokenizer,
-        pretrain, sft, lora), the dataset version as for a pipeline, `model`, `tokenizer`,
-        `lora`, `training`, `base_run`, `replicas`, `resources` (`memory` may be "16Gi")."""
+        pretrain, sft, lora, prompt_tuning, multitask_prompt_tuning), the dataset version as
+        for a pipeline, `model`, `tokenizer`, `lora`, `prompt_tuning`, `training`, `base_run`,
+        `replicas`, `resources` (`memory` may be "16Gi")."""
         return TrainingRun.from_api(
             self._request("POST", f"{YLINK}/training-runs/", json=run_body(spec)))
+
+    def start_multitask_prompt_tuning(self, spec: dict) -> tuple[TrainingRun, TrainingRun]:
+        """The two-stage recipe of multi-task prompt tuning (POST /api/v1/ylink/training-runs/
+        multitask-prompt-tuning/): `base_run`, `source` and `target` (each `dataset_version`,
+        or `dataset` and `version`), `prompt_tuning`, `source_training`, `target_training`,
+        `target_init`, `source_task`, `replicas`, `resources`. Returns (source, target): the
+        target's job starts once the source succeeded."""
+        body = self._request("POST", f"{YLINK}/training-runs/multitask-prompt-tuning/",
+                             json=run_body(spec))
+        return TrainingRun.from_api(body["source"]), TrainingRun.from_api(body["target"])
 
     def training_runs(self, *, tenant: str | None = None, kind: str | None = None,
                       succeeded: bool | None = None,

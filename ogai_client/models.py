@@ -572,7 +572,8 @@ class PipelineRun:
 
 @dataclass(frozen=True)
 class TrainingRun:
-    """A tokenizer, pretraining or fine-tuning run (`kind`: tokenizer, pretrain, sft, lora).
+    """A tokenizer, pretraining or fine-tuning run (`kind`: tokenizer, pretrain, sft, lora,
+    prompt_tuning, multitask_prompt_tuning; `after_run`: the run it waits for).
     Progress (`step` of `total_steps`, `tokens`, `tokens_per_s`, `eta_s`, `loss`, `lr`) is
     what the runner last reported; `artifact` ("tokenizer", "model" or "adapter") and
     `output_path` are set once it succeeded."""
@@ -586,6 +587,7 @@ class TrainingRun:
     message: str = ""
     dataset_version: DatasetVersion | None = None
     base_run: int | None = None
+    after_run: int | None = None
     spec: dict = field(default_factory=dict)
     gpus: int = 0
     replicas: int = 1
@@ -620,7 +622,8 @@ class TrainingRun:
             reason=data.get("reason") or "", message=data.get("message") or "",
             dataset_version=DatasetVersion.from_api(version) if isinstance(version, dict)
             else None,
-            base_run=data.get("base_run"), spec=dict(data.get("spec") or {}),
+            base_run=data.get("base_run"), after_run=data.get("after_run"),
+            spec=dict(data.get("spec") or {}),
             gpus=_int(data.get("gpus")), replicas=_int(data.get("replicas"), 1),
             step=_int(data.get("step")), total_steps=_int(data.get("total_steps")),
             tokens=_int(data.get("tokens")), tokens_per_s=_float(data.get("tokens_per_s")),

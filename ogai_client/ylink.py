@@ -41,8 +41,9 @@ from ogai_client.models import (
 from ogai_client.spec import SpecError, load_mapping
 
 DATASET_KINDS = ("text", "instruction")
-TRAINING_KINDS = ("tokenizer", "pretrain", "sft", "lora")
-TRAIN_ACTIONS = frozenset({"run", "list", "show", "cancel", "metrics"})
+TRAINING_KINDS = ("tokenizer", "pretrain", "sft", "lora", "prompt_tuning",
+                  "multitask_prompt_tuning")
+TRAIN_ACTIONS = frozenset({"run", "list", "show", "cancel", "metrics", "mpt"})
 # Options of `ogai train run` that take a value (to find SPEC in `ogai train [options] SPEC`).
 TRAIN_VALUE_OPTIONS = frozenset({"--tenant", "--queue", "--name", "--dataset", "--version",
                                  "--interval"})
@@ -652,6 +653,28 @@ def cmd_train_run(args: argparse.Namespace, ctx: Context) -> int:
                       follow=_follow_training)
 
 
+def cmd_train_mpt(args: argparse.Namespace, ctx: Context) -> int:
+    """The two-stage recipe of multi-task prompt tuning: both runs at once; -f follows the
+    target (it fails if the source does)."""
+    spec = read_run_spec(args.spec, what="multi-task prompt tuning",
+                         hint="base_run, source, target, prompt_tuning, …")
+    spec = {**spec, **{name: value for name in ("tenant", "queue", "name")
+                       if (value := getattr(args, name, None))}}
+    client = ctx.client()
+    source, target = client.start_multitask_prompt_tuning(spec)
+    if args.quiet:
+        ctx.out.print(f"{source.id} {target.id}")
+    else:
+        for stage, run in (("source tasks", source), ("target task", target)):
+            waits = f", starts after run {source.id}" if run is target else f", job {run.job}"
+            ctx.out.print(Text.assemble(f"{stage}: training run ", (str(run.id), "bold"),
+                                        f" {_training_summary(run)}{waits}, ",
+                                        _state(run.state)))
+    if not args.follow:
+        return 0
+    return _follow_training(ctx, client, target.id, interval=args.interval)
+
+
 def _follow_training(ctx: Context, client: OgaiClient, run_id: int, *,
                      interval: float) -> int:
     label = f"training run {run_id}"
@@ -896,6 +919,18 @@ def add_commands(commands: Any, command: Callable[..., Any]) -> None:
     t_run.add_argument("--follow", "-f", action="store_true",
                        help="follow its progress until it ends; exit 0 only if it succeeded")
     run_options(t_run)
+    t_mpt = command(training, "mpt", cmd_train_mpt,
+                    "multi-task prompt tuning in two stages (source tasks, then the target) "
+                    "from one spec")
+    t_mpt.add_argument("spec", metavar="SPEC", help="the spec file; - reads stdin")
+    t_mpt.add_argument("--follow", "-f", action="store_true",
+                       help="follow the target run until it ends; exit 0 only if it succeeded")
+    t_mpt.add_argument("--tenant", help="the tenant (needed when you are in several)")
+    t_mpt.add_argument("--queue", help="the queue (default: the spec's, or 'default')")
+    t_mpt.add_argument("--name", help="the runs' name (NAME-source, NAME-target)")
+    t_mpt.add_argument("--quiet", "-q", action="store_true", help="print only the run ids")
+    t_mpt.add_argument("--interval", type=_interval, default=2.0,
+                       help="seconds between polls with -f (default 2)")
     t_list = command(training, "list", cmd_train_list, "list training runs, newest first")
     t_list.add_argument("--tenant", help="only this tenant's runs")
     t_list.add_argument("--kind", choices=TRAINING_KINDS, help="only runs of this kind")

@@ -9,6 +9,7 @@ on (scheduling, the fake workload's exit, reconcile), in the test's thread, so n
 import io
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import yaml
@@ -516,3 +517,62 @@ def test_train_spec_can_come_first_or_after_options():
     assert train_argv(["train", "show", "3"]) == ["train", "show", "3"]
     assert train_argv(["train", "--help"]) == ["train", "--help"]
     assert train_argv(["job", "list"]) == ["job", "list"]
+
+
+# -- multi-task prompt tuning ---------------------------------------------------------------
+
+@pytest.fixture
+def mpt_spec(as_member, cluster, world, tmp_path, settings):
+    """Alpha's source-task and target-task instruction datasets, a pretrained base, and the
+    recipe's spec naming them."""
+    from django.core.files.base import ContentFile
+
+    from ylink.services.datasets import dataset_create, dataset_upload
+
+    def instructions(name, *tasks):
+        dataset = dataset_create(actor=world.alpha_member, tenant=world.alpha, name=name,
+                                 kind="instruction")
+        rows = "".join(json.dumps({"prompt": "q", "response": "a", "task": task}) + "\n"
+                       for task in tasks)
+        return dataset_upload(actor=world.alpha_member, dataset=dataset,
+                              upload=ContentFile(rows.encode(), name=f"{name}.jsonl"))
+
+    version = instructions("sources", "a", "b")
+    instructions("target", "t")
+    base = Path(settings.DATA_DIR) / "base"
+    base.mkdir(parents=True)
+    run = TrainingRun.objects.create(
+        tenant=world.alpha, created_by=world.alpha_member, name="base", kind="pretrain",
+        dataset_version=version, spec={"model": {"preset": "tiny"}}, succeeded=True,
+        artifact="model", output_path=str(base), parameters=100_000)
+    spec = {"base_run": run.pk, "source": {"dataset": "sources"},
+            "target": {"dataset": "target"},
+            "prompt_tuning": {"num_virtual_tokens": 4, "num_ranks": 2},
+            "source_training": {"max_steps": 10}}
+    path = tmp_path / "mpt.yaml"
+    path.write_text(json.dumps(spec))
+    return path, spec
+
+
+def test_train_mpt_starts_both_stages_the_target_after_the_source(mpt_spec, capsys):
+    path, _ = mpt_spec
+    code, out, err = ogai(capsys, "train", "mpt", path, "--name", "tasks")
+    assert code == 0, err
+    source, target = (TrainingRun.objects.get(name=f"tasks-{stage}")
+                      for stage in ("source", "target"))
+    assert target.after_run == source and target.job is None and source.job is not None
+    lines = out.splitlines()
+    assert lines[0].startswith(f"source tasks: training run {source.pk} "
+                               "multitask_prompt_tuning from training run")
+    assert lines[1].startswith(f"target task: training run {target.pk} ")
+    assert f"starts after run {source.pk}, queued" in " ".join(out.split())
+    code, out, _ = ogai(capsys, "train", "list", "--kind", "multitask_prompt_tuning")
+    assert code == 0 and "tasks-source" in out and "tasks-target" in out
+
+
+def test_a_bad_mpt_spec_is_one_line_naming_the_field(mpt_spec, capsys, tmp_path):
+    path, spec = mpt_spec
+    path.write_text(json.dumps({**spec, "target_init": "exact_source_task"}))
+    code, _, err = ogai(capsys, "train", "mpt", path)
+    assert code == 1 and err.startswith("error: source_task: "), err
+    assert list(TrainingRun.objects.values_list("name", flat=True)) == ["base"]

@@ -13,6 +13,7 @@ from ylink.models import (
     TrainingMetric,
     TrainingRun,
 )
+from ylink.presets import SOURCE_INITS
 from ylink.selectors import dataset_version_list, training_run_list
 from ylink.steps import EXECUTORS
 
@@ -82,6 +83,37 @@ class SamplePageSerializer(serializers.Serializer):
     results = SampleSerializer(many=True)
 
 
+def find_version(user, attrs: dict, prefix: str = "") -> DatasetVersion:
+    """The version `attrs` name (by id, or dataset name and number), popping those keys; its
+    errors name the fields with `prefix` (a nested object's name and a dot)."""
+    versions = dataset_version_list(user=user)
+    if attrs.get("dataset_version") is not None:
+        if attrs.get("dataset") or attrs.get("version"):
+            raise serializers.ValidationError({f"{prefix}dataset_version": (
+                "Give either dataset_version, or dataset (and version): not both.")})
+        found = versions.filter(pk=attrs.pop("dataset_version")).first()
+        if found is None:
+            raise serializers.ValidationError({f"{prefix}dataset_version": "No such version."})
+        return found
+    if not attrs.get("dataset"):
+        raise serializers.ValidationError(
+            {f"{prefix}dataset_version": "Name the dataset version (or a dataset by name)."})
+    versions = versions.filter(dataset__name=attrs.pop("dataset"))
+    if attrs.get("tenant") is not None:
+        versions = versions.filter(dataset__tenant=attrs["tenant"])
+    number = attrs.pop("version", None)
+    if number is not None:
+        versions = versions.filter(number=number)
+    tenants = set(versions.values_list("dataset__tenant", flat=True))
+    if len(tenants) > 1:
+        raise serializers.ValidationError({f"{prefix}tenant": "Several of your tenants have "
+                                           "this dataset: name the tenant."})
+    found = versions.order_by("-number").first()
+    if found is None:
+        raise serializers.ValidationError({f"{prefix}dataset": "No such dataset version."})
+    return found
+
+
 class DatasetChoice(RejectUnknownFields, serializers.Serializer):
     """Which dataset version a run reads: by id, or by dataset name and version number
     (default: the newest)."""
@@ -96,33 +128,7 @@ class DatasetChoice(RejectUnknownFields, serializers.Serializer):
     name = serializers.CharField(max_length=100, allow_blank=True, default="")
 
     def _version(self, attrs) -> DatasetVersion:
-        user = self.context["request"].user
-        versions = dataset_version_list(user=user)
-        if attrs.get("dataset_version") is not None:
-            if attrs.get("dataset") or attrs.get("version"):
-                raise serializers.ValidationError({"dataset_version": (
-                    "Give either dataset_version, or dataset (and version): not both.")})
-            found = versions.filter(pk=attrs.pop("dataset_version")).first()
-            if found is None:
-                raise serializers.ValidationError({"dataset_version": "No such version."})
-            return found
-        if not attrs.get("dataset"):
-            raise serializers.ValidationError(
-                {"dataset_version": "Name the dataset version (or a dataset by name)."})
-        versions = versions.filter(dataset__name=attrs.pop("dataset"))
-        if attrs.get("tenant") is not None:
-            versions = versions.filter(dataset__tenant=attrs["tenant"])
-        number = attrs.pop("version", None)
-        if number is not None:
-            versions = versions.filter(number=number)
-        tenants = set(versions.values_list("dataset__tenant", flat=True))
-        if len(tenants) > 1:
-            raise serializers.ValidationError({"tenant": "Several of your tenants have this "
-                                               "dataset: name the tenant."})
-        found = versions.order_by("-number").first()
-        if found is None:
-            raise serializers.ValidationError({"dataset": "No such dataset version."})
-        return found
+        return find_version(self.context["request"].user, attrs)
 
     def validate(self, attrs):
         version = self._version(attrs)
@@ -202,6 +208,72 @@ class TrainingRunStartSerializer(DatasetChoice):
                 raise serializers.ValidationError({"base_run": "No such training run."})
         attrs["dataset_version"] = attrs.pop("version")
         return {**attrs, **resources, "base_run": base}
+
+
+class VersionRefSerializer(RejectUnknownFields, serializers.Serializer):
+    dataset_version = serializers.IntegerField(required=False, help_text="A version's id.")
+    dataset = serializers.CharField(required=False, max_length=100,
+                                    help_text="A dataset's name (instead of dataset_version).")
+    version = serializers.IntegerField(required=False, min_value=1,
+                                       help_text="With dataset: its version number.")
+
+
+class MultitaskPromptTuningSerializer(RejectUnknownFields, serializers.Serializer):
+    """The two-stage recipe of multi-task prompt tuning: two runs of a base model, the
+    second waiting for the first."""
+
+    tenant = CallerTenantField(required=False, help_text="Needed when you are in several.")
+    queue = serializers.CharField(max_length=63, default="default")
+    name = serializers.CharField(max_length=90, allow_blank=True, default="",
+                                 help_text="Its runs are NAME-source and NAME-target.")
+    base_run = serializers.IntegerField(help_text="The run whose model both stages tune.")
+    source = VersionRefSerializer(help_text="Stage 1's instruction dataset version, with a "
+                                  "task column naming each example's source task.")
+    target = VersionRefSerializer(help_text="Stage 2's: the target task's examples.")
+    prompt_tuning = serializers.DictField(
+        required=False, default=dict, help_text="Both stages: num_virtual_tokens, num_ranks; "
+        "stage 1: init, init_text.")
+    source_training = serializers.DictField(required=False, default=None, allow_null=True,
+                                            help_text="Stage 1's training settings.")
+    target_training = serializers.DictField(required=False, default=None, allow_null=True,
+                                            help_text="Stage 2's (default: stage 1's).")
+    target_init = serializers.ChoiceField(
+        choices=list(SOURCE_INITS), default="average_source_tasks",
+        help_text="How stage 2's prompt starts from stage 1's: the average of the source "
+        "tasks, one source task (source_task), or the shared prompt only.")
+    source_task = serializers.CharField(required=False, allow_null=True, default=None,
+                                        max_length=100,
+                                        help_text="With exact_source_task: which one.")
+    replicas = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=3)
+    resources = TrainingResourcesSerializer(default=dict)
+
+    def validate(self, attrs):
+        user = self.context["request"].user
+        tenant = attrs.get("tenant")
+        versions = {}
+        for stage in ("source", "target"):
+            ref = {**attrs.pop(stage), **({"tenant": tenant} if tenant else {})}
+            versions[stage] = find_version(user, ref, prefix=f"{stage}.")
+        tenants = {version.dataset.tenant for version in versions.values()}
+        if len(tenants) > 1:
+            raise serializers.ValidationError(
+                {"target": "Both stages' datasets must be of one tenant."})
+        attrs["tenant"] = tenants.pop()
+        _, queue = tenant_and_queue(user, attrs, "run work in")
+        attrs.pop("tenant")
+        base = training_run_list(user=user).filter(pk=attrs.pop("base_run"),
+                                                  tenant=queue.tenant).first()
+        if base is None:
+            raise serializers.ValidationError({"base_run": "No such training run."})
+        if attrs["target_init"] == "exact_source_task" and not attrs["source_task"]:
+            raise serializers.ValidationError(
+                {"source_task": "Name the source task that target_init exact_source_task "
+                 "starts from."})
+        resources = {"cpu": 1.0, "memory_mib": 4096, "gpus": 0, "gpu_model": "",
+                     **attrs.pop("resources")}
+        return {**attrs, **resources, "queue": queue, "base_run": base,
+                "source_version": versions["source"], "target_version": versions["target"]}
 
 
 class _RunSerializer(serializers.ModelSerializer):
@@ -297,3 +369,9 @@ class RunnerEventBatchSerializer(serializers.Serializer):
 
 class RunnerEventReplySerializer(serializers.Serializer):
     accepted = serializers.IntegerField()
+
+
+class MultitaskPromptTuningRunsSerializer(serializers.Serializer):
+    source = TrainingRunSerializer(help_text="Stage 1: the source tasks.")
+    target = TrainingRunSerializer(help_text="Stage 2: the target task; its job starts once "
+                                   "stage 1 succeeded (after_run).")

@@ -24,7 +24,11 @@ from ylink.services.datasets import (
 )
 from ylink.services.pipelines import pipeline_run_cancel, pipeline_run_start
 from ylink.services.runner_events import runner_events_apply
-from ylink.services.training import training_run_cancel, training_run_start
+from ylink.services.training import (
+    multitask_prompt_tuning_start,
+    training_run_cancel,
+    training_run_start,
+)
 from ylink.steps import catalogue
 
 MAX_SAMPLES = 100
@@ -131,13 +135,28 @@ class TrainingRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scope
 
     selector = selectors.training_run_list
     output_serializer_class = s.TrainingRunSerializer
-    input_serializer_classes = {"create": s.TrainingRunStartSerializer}
+    input_serializer_classes = {"create": s.TrainingRunStartSerializer,
+                                "multitask_prompt_tuning": s.MultitaskPromptTuningSerializer}
     filterset_class = TrainingRunFilterSet
 
     @extend_schema(request=s.TrainingRunStartSerializer, responses={201: s.TrainingRunSerializer})
     def create(self, request):
         run = training_run_start(actor=request.user, **self.validated_input())
         return self.respond(self.reload(run), http_status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.MultitaskPromptTuningSerializer,
+                   responses={201: s.MultitaskPromptTuningRunsSerializer})
+    @action(detail=False, methods=["post"], url_path="multitask-prompt-tuning",
+            filterset_class=None, pagination_class=None)
+    def multitask_prompt_tuning(self, request):
+        """The two-stage recipe of multi-task prompt tuning as one request: stage 1 trains a
+        shared prompt on the source tasks, stage 2 starts the target task's prompt from it."""
+        source, target = multitask_prompt_tuning_start(actor=request.user,
+                                                       **self.validated_input())
+        runs = {"source": self.reload(source), "target": self.reload(target)}
+        data = s.MultitaskPromptTuningRunsSerializer(
+            runs, context=self.get_serializer_context()).data
+        return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={202: s.TrainingRunSerializer})
     @action(detail=True, methods=["post"])

@@ -26,6 +26,8 @@ from ylink.tests.test_train_runner import of_kind, run_in_process
 
 CONTEXT = 48
 WIDTH = PRESETS["tiny"]["gpt2"]["n_embd"]
+ANSWERS = {"colour": ["red", "green", "blue"], "animal": ["cat", "dog", "bird"]}
+CUED = 0.5  # the share of the base's examples whose context names the task's kind of answer
 WORDS = ["red", "green", "blue", "cat", "dog", "bird", "one", "two", "three", "yes", "no",
          "small", "big", "say", "is", "it", "?"]
 
@@ -64,9 +66,12 @@ def base(work) -> Path:
 
 
 def _learn_the_format(model, folder: Path) -> None:
-    """A few full steps on both tasks mixed: the base learns the answers' format, not which
-    task is asked (the prompts do not say): that is left for the tuned prompts. A random,
-    unlabelled prefix of 0-6 words makes text after a prefix (and so a prompt) familiar."""
+    """Full steps on both tasks mixed: the base learns the answers' format, not which task is
+    asked (the prompts do not say): that is left for the tuned prompts. A random prefix of 0-6
+    words makes text after a prefix (and so a prompt) familiar, and in half the examples one
+    of them is a word of the task's answers: the base learns that context can steer, as a
+    pretrained model knows, so a prompt has something to find (without it a frozen model this
+    small steers on some machines' arithmetic and not on others')."""
     import random
 
     from transformers import AutoTokenizer
@@ -74,15 +79,20 @@ def _learn_the_format(model, folder: Path) -> None:
     from ylink.runners.training.data import IGNORE_INDEX, collate_instructions, encode_instruction
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    records = two_tasks(64, seed=9)
     examples = [encode_instruction(tokenizer, r["metadata"]["prompt"], r["metadata"]["response"],
-                                   0, CONTEXT) for r in two_tasks(64, seed=9)]
+                                   0, CONTEXT) for r in records]
     rng = random.Random(4)  # noqa: S311 - sample data
     for index, (ids, labels) in enumerate(examples):
         prefix = [rng.randrange(2, len(tokenizer)) for _ in range(rng.randint(0, 6))]
+        if rng.random() < CUED:  # a word of the task's answers somewhere in the context
+            cue = tokenizer.convert_tokens_to_ids(
+                rng.choice(ANSWERS[records[index]["metadata"]["task"]]))
+            prefix.insert(rng.randint(0, len(prefix)), cue)
         examples[index] = ([*prefix, *ids], [IGNORE_INDEX] * len(prefix) + labels)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
-    for step in range(60):
+    for step in range(120):
         batch = collate_instructions(examples[(step * 16) % 64:][:16], 0)
         logits = model(input_ids=batch.input_ids).logits
         loss = torch.nn.functional.cross_entropy(
@@ -98,15 +108,19 @@ def two_tasks(count: int, seed: int = 0, tasks=("colour", "animal")) -> list[dic
     import random
 
     rng = random.Random(seed)  # noqa: S311 - sample data
-    answers = {"colour": ["red", "green", "blue"], "animal": ["cat", "dog", "bird"]}
     records = []
     for index in range(count):
         task = tasks[index % len(tasks)]
         prompt = f"say {rng.choice(['one', 'two', 'three'])} {rng.choice(['small', 'big'])} ?"
-        response = " ".join(rng.choice(answers[task]) for _ in range(3))
+        response = " ".join(rng.choice(ANSWERS[task]) for _ in range(3))
         records.append({"id": f"r{index}", "text": f"{prompt}\n{response}",
                         "metadata": {"prompt": prompt, "response": response, "task": task}})
     return records
+
+
+def fell(losses: list[float]) -> float:
+    """The last five logged losses' mean over the first three's (each one batch: noisy)."""
+    return (sum(losses[-5:]) / 5) / (sum(losses[:3]) / 3)
 
 
 def spec_of(kind: str, data: Path, output: Path, base: Path, run: int, *, prompt=None,
@@ -144,7 +158,7 @@ def test_prompt_tuning_trains_as_many_parameters_as_peft_formula_and_loss_falls(
     assert started["trainable_parameters"] == 4 * WIDTH * 1
     assert estimate_prompt_tuning_parameters("gpt2", "tiny", 4) == 4 * WIDTH
     losses = [m["loss"] for m in of_kind(events, "metric")]
-    assert losses[-1] < losses[0] * 0.75, losses
+    assert fell(losses) < 0.75, losses
     done = of_kind(events, "done")[-1]["output"]
     assert done["artifact"] == "adapter" and done["parameters"] == 4 * WIDTH
     config = json.loads((work / "pt" / "adapter_config.json").read_text())
@@ -168,7 +182,7 @@ def test_multitask_counts_the_shared_prompt_and_each_task_rank_factors(multitask
 
 def test_multitask_loss_falls_on_two_toy_tasks(multitask):
     losses = [m["loss"] for m in of_kind(multitask[1], "metric")]
-    assert losses[-1] < losses[0] * 0.6, losses
+    assert fell(losses) < 0.75, losses
 
 
 def test_a_different_task_id_changes_the_output(multitask, base):
@@ -291,30 +305,96 @@ def _instructions(*tasks: str) -> bytes:
                    for task in tasks).encode()
 
 
+RECIPE = "/api/v1/ylink/training-runs/multitask-prompt-tuning/"
+
+
 @pytest.fixture
-def recipe(farm, make_version, settings):
-    """The preset started: a source run on two tasks, a target run waiting for it."""
+def recipe_inputs(farm, make_version, settings):
+    """Two instruction datasets of alpha (source tasks a and b; target task t) and a finished
+    pretraining run to tune."""
     from ylink.models import TrainingRun
-    from ylink.services.training import multitask_prompt_tuning_start
 
     world = farm.world
     source_data = make_version("sources", _instructions("a", "b"), kind="instruction")
     record = json.loads(next(storage.absolute(source_data.path).glob("*.jsonl"))
                         .read_text().splitlines()[0])
     assert record["metadata"]["task"] == "a"  # the upload keeps the task column
-    target_data = make_version("target", _instructions("t"), kind="instruction")
+    make_version("target", _instructions("t"), kind="instruction")
     base_run = TrainingRun.objects.create(
         tenant=world.alpha, created_by=world.alpha_member, name="base", kind="pretrain",
         dataset_version=source_data, spec={"model": {"preset": "tiny"}}, succeeded=True,
         artifact="model", output_path=str(Path(settings.DATA_DIR) / "base"),
         parameters=100_000)
     (Path(settings.DATA_DIR) / "base").mkdir()
-    source, target = multitask_prompt_tuning_start(
-        actor=world.alpha_member, source_version=source_data, target_version=target_data,
-        base_run=base_run, queue=farm.queues["alpha"], name="mpt",
-        prompt_tuning={"num_virtual_tokens": 4, "num_ranks": 2},
-        source_training={"max_steps": 10})
-    return source, target
+    return {"tenant": "alpha", "name": "mpt", "base_run": base_run.pk,
+            "source": {"dataset_version": source_data.pk}, "target": {"dataset": "target"},
+            "prompt_tuning": {"num_virtual_tokens": 4, "num_ranks": 2},
+            "source_training": {"max_steps": 10}}
+
+
+@pytest.fixture
+def recipe(api, farm, recipe_inputs):
+    """The preset started through the API: a source run on two tasks, a target run waiting
+    for it."""
+    from ylink.models import TrainingRun
+
+    response = api.as_user(farm.world.alpha_member).post(RECIPE, recipe_inputs, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["target"]["after_run"] == body["source"]["id"]
+    assert [body[stage]["name"] for stage in ("source", "target")] == ["mpt-source",
+                                                                       "mpt-target"]
+    return (TrainingRun.objects.get(pk=body["source"]["id"]),
+            TrainingRun.objects.get(pk=body["target"]["id"]))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"source": {"dataset": "nothing"}}, "source.dataset"),
+    ({"target": {}}, "target.dataset_version"),
+    ({"base_run": 10**6}, "base_run"),
+    ({"target_init": "exact_source_task"}, "source_task"),
+    ({"target_init": "guess"}, "target_init"),
+    ({"prompt_tuning": {"num_virtual_tokens": 0}}, "prompt_tuning.num_virtual_tokens"),
+])
+def test_a_bad_recipe_is_a_400_naming_the_field_and_starts_nothing(
+        api, farm, recipe_inputs, changes, field):
+    from ylink.models import TrainingRun
+
+    response = api.as_user(farm.world.alpha_member).post(
+        RECIPE, {**recipe_inputs, **changes}, format="json")
+    assert response.status_code == 400, response.content
+    fields = response.json()["fields"]
+    assert any(name == field or name.startswith(f"{field}.") for name in fields), fields
+    assert list(TrainingRun.objects.values_list("name", flat=True)) == ["base"]
+
+
+@pytest.mark.django_db
+def test_another_tenant_cannot_tune_this_tenants_model_or_data(api, farm, recipe_inputs):
+    from django.core.files.base import ContentFile
+
+    from ylink.models import TrainingRun
+    from ylink.services.datasets import dataset_create, dataset_upload
+
+    world = farm.world
+    beta = api.as_user(world.beta_member)
+    # alpha's datasets are unknown to beta, by id or by name
+    response = beta.post(RECIPE, {**recipe_inputs, "tenant": "beta"}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["fields"]["source.dataset_version"] == ["No such version."]
+    response = beta.post(RECIPE, {**recipe_inputs, "tenant": "beta",
+                                  "source": {"dataset": "sources"}}, format="json")
+    assert response.json()["fields"]["source.dataset"] == ["No such dataset version."]
+    # and so is alpha's base model, with beta's own data
+    own = dataset_create(actor=world.beta_member, tenant=world.beta, name="mine",
+                         kind="instruction")
+    dataset_upload(actor=world.beta_member, dataset=own,
+                   upload=ContentFile(_instructions("a", "t"), name="mine.jsonl"))
+    response = beta.post(RECIPE, {**recipe_inputs, "tenant": "beta", "source": {
+        "dataset": "mine"}, "target": {"dataset": "mine"}}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["fields"]["base_run"] == ["No such training run."]
+    assert list(TrainingRun.objects.values_list("name", flat=True)) == ["base"]
 
 
 @pytest.mark.django_db
