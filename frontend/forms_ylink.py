@@ -19,6 +19,10 @@ from ylink.presets import (
     LORA_FIELDS,
     MODEL_FIELDS,
     PRESETS,
+    PROMPT_TUNING_FIELDS,
+    PROMPT_TUNING_INITS,
+    PROMPT_TUNING_KINDS,
+    SOURCE_INITS,
     TOKENIZER_FIELDS,
     TRAINING_FIELDS,
 )
@@ -55,6 +59,7 @@ PIPELINE_FIELD_MAP = {
     "cpu_per_replica": "cpu",
     "memory_mib_per_replica": "memory_mib",
     "cluster": "queue",
+    "kind": "executor",  # a cluster that runs no Ray clusters
 }
 STEP_ERROR = re.compile(r"^steps\[(\d+)\](?:\.params\.(\w+)|\.(\w+))?$")
 
@@ -84,6 +89,11 @@ class PipelineRunForm(forms.Form):
     tokenizer_run = forms.ModelChoiceField(
         queryset=None, required=False, empty_label="Bytes (no trained tokenizer)",
         label="Tokenizer", help_text="For a tokenize step: a finished tokenizer run.")
+    executor = forms.ChoiceField(
+        required=False, choices=[("local", "Replicas (plain processes)"),
+                 ("ray", "Ray (a Ray cluster job: a head and the replicas as workers)")],
+        initial="local", help_text="Either gives the same output, document for document; Ray "
+        "needs a cluster whose driver runs Ray clusters.")
 
     def __init__(self, *args, versions, queues, tokenizers, **kwargs):
         super().__init__(*args, **kwargs)
@@ -318,6 +328,10 @@ TRAINING_FIELD_MAP = {
     "lora.r": "lora_r",
     "lora.alpha": "lora_alpha",
     "lora.dropout": "lora_dropout",
+    "prompt_tuning.num_virtual_tokens": "num_virtual_tokens",
+    "prompt_tuning.init": "prompt_init",
+    "prompt_tuning.init_text": "init_text",
+    "prompt_tuning.num_ranks": "num_ranks",
     "resources.gpus": "gpus",
     "resources.gpu_model": "gpu_model",
     "resources.cpu": "cpu",
@@ -365,7 +379,7 @@ class TrainingRunForm(forms.Form):
         "SFT and LoRA read documents (SFT and LoRA: an instruction dataset).")
     base_run = forms.ModelChoiceField(
         queryset=None, required=False, label="Base model", empty_label="—",
-        help_text="SFT and LoRA: the finished run whose model to fine-tune.")
+        help_text="Fine-tunes and prompt tuning: the finished run whose model to adapt.")
     # Pretraining.
     preset = forms.ChoiceField(choices=[(name, _preset_label(name)) for name in PRESETS],
                                initial=MODEL_FIELDS["preset"].default, label="Model size",
@@ -382,6 +396,20 @@ class TrainingRunForm(forms.Form):
     lora_r = _spec_field(LORA_FIELDS["r"], label="Rank (r)")
     lora_alpha = _spec_field(LORA_FIELDS["alpha"], label="Alpha")
     lora_dropout = _spec_field(LORA_FIELDS["dropout"], label="Dropout")
+    # Prompt tuning (both kinds).
+    num_virtual_tokens = _spec_field(PROMPT_TUNING_FIELDS["num_virtual_tokens"],
+                                     label="Virtual tokens", required=False)
+    prompt_init = forms.ChoiceField(
+        required=False,
+        choices=[(name, name) for name in PROMPT_TUNING_INITS if name not in SOURCE_INITS],
+        initial=PROMPT_TUNING_FIELDS["init"].default, label="Initialisation",
+        help_text="random, text (the tokens of the text below) or sample_vocab (prompt "
+        "tuning only). Starting from source tasks is the two-stage recipe's second stage "
+        "(API and CLI: ogai train mpt).")
+    init_text = forms.CharField(max_length=2000, required=False, label="Initial text",
+                                help_text="With text: its tokens' embeddings start the prompt.")
+    num_ranks = _spec_field(PROMPT_TUNING_FIELDS["num_ranks"], label="Task factor rank",
+                            required=False)
     # Resources and scheduling.
     queue = forms.ModelChoiceField(queryset=None, empty_label=None,
                                    help_text="Its job waits and runs in this queue.")
@@ -438,6 +466,14 @@ class TrainingRunForm(forms.Form):
         if kind == TrainingKind.LORA:
             kwargs["lora"] = {"r": data["lora_r"], "alpha": data["lora_alpha"],
                               "dropout": data["lora_dropout"]}
+        if kind in PROMPT_TUNING_KINDS:
+            # Left empty: the spec's defaults.
+            prompt = {"num_virtual_tokens": data["num_virtual_tokens"],
+                      "init": data["prompt_init"], "init_text": data["init_text"],
+                      "num_ranks": data["num_ranks"]
+                      if kind == TrainingKind.MULTITASK_PROMPT_TUNING else None}
+            kwargs["prompt_tuning"] = {key: value for key, value in prompt.items()
+                                       if value not in (None, "")}
         return kwargs
 
 

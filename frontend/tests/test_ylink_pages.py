@@ -5,6 +5,7 @@ import io
 import json
 import re
 import zipfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -600,3 +601,54 @@ def test_detail_pages_pin_their_query_counts(signed_in, toolchain, django_assert
     client = signed_in(toolchain.world.alpha_member)
     with django_assert_max_num_queries(most):
         assert client.get(urls[page]).status_code == 200
+
+
+def test_the_builder_runs_a_pipeline_on_ray_and_says_where_a_cluster_cannot(
+        signed_in, toolchain, monkeypatch):
+    from podsys.drivers.fake import FakeDriver
+
+    client = signed_in(toolchain.world.alpha_member)
+    page = client.get(reverse("frontend:pipeline-builder"), {"version": toolchain.alpha.version.pk})
+    assert 'name="executor"' in page.content.decode()
+    response = client.post(reverse("frontend:pipeline-builder"), _builder_post(
+        toolchain, [("length_filter", {})], name="on-ray", replicas=2, executor="ray"))
+    assert response.status_code == 302, response.context["form"].errors
+    run = PipelineRun.objects.get(name="on-ray")
+    assert run.job.ray["workers"] == 2 and run.job.replicas == 3  # a head and 2 workers
+    page = client.get(reverse("frontend:pipeline-run", args=[run.pk])).content.decode()
+    assert "Ray workers" in page
+    monkeypatch.setattr(FakeDriver, "unsupported", {"ray": "no Ray here"})
+    refused = client.post(reverse("frontend:pipeline-builder"), _builder_post(
+        toolchain, [("length_filter", {})], name="no-ray", executor="ray"))
+    assert refused.status_code == 400
+    assert "no Ray here" in refused.context["form"].errors["executor"][0]
+    assert not PipelineRun.objects.filter(name="no-ray").exists()
+
+
+def test_the_training_form_starts_prompt_tuning_with_its_settings(signed_in, toolchain):
+    world = toolchain.world
+    dataset = dataset_create(actor=world.alpha_member, tenant=world.alpha, name="asks",
+                             kind="instruction")
+    rows = "".join(json.dumps({"prompt": "q", "response": "a", "task": task}) + "\n"
+                   for task in ("a", "b"))
+    version = dataset_upload(actor=world.alpha_member, dataset=dataset,
+                             upload=ContentFile(rows.encode(), name="asks.jsonl"))
+    base = TrainingRun.objects.filter(pk=toolchain.alpha.training.pk)
+    Path(toolchain.alpha.training.spec["output_dir"]).mkdir(parents=True, exist_ok=True)
+    base.update(succeeded=True, artifact="model", parameters=100_000,
+                output_path=toolchain.alpha.training.spec["output_dir"])
+    client = signed_in(world.alpha_member)
+    response = client.post(reverse("frontend:training-run-start"), _training_form(
+        toolchain, kind="multitask_prompt_tuning", dataset_version=version.pk,
+        base_run=toolchain.alpha.training.pk, name="tuned", num_virtual_tokens=6,
+        prompt_init="text", init_text="say the answer", num_ranks=2))
+    assert response.status_code == 302, response.context["form"].errors
+    run = TrainingRun.objects.get(name="tuned")
+    settings = run.spec["prompt_tuning"]
+    assert (settings["num_virtual_tokens"], settings["init"], settings["init_text"],
+            settings["num_ranks"]) == (6, "text", "say the answer", 2)
+    bad = client.post(reverse("frontend:training-run-start"), _training_form(
+        toolchain, kind="prompt_tuning", dataset_version=version.pk,
+        base_run=toolchain.alpha.training.pk, name="bad", num_virtual_tokens=0))
+    assert bad.status_code == 400 and "num_virtual_tokens" in bad.context["form"].errors
+    assert not TrainingRun.objects.filter(name="bad").exists()

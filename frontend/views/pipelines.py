@@ -139,6 +139,7 @@ def pipeline_builder_view(request):
                         name=form.cleaned_data["name"], replicas=form.cleaned_data["replicas"],
                         tokenizer_run=form.cleaned_data["tokenizer_run"],
                         cpu=form.cleaned_data["cpu"], memory_mib=form.cleaned_data["memory_mib"],
+                        executor=form.cleaned_data["executor"] or "local",
                     )
                 except ValidationError as exc:
                     split_service_errors(form, editor, exc, field_map=PIPELINE_FIELD_MAP)
