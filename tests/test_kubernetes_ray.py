@@ -153,7 +153,14 @@ def test_the_ray_job_status_runs_then_succeeds_the_same_watched_or_listed(kube):
     make_ray_pods(kube, handle)
     assert status(kube, handle).phase == Phase.PENDING  # the pods run; the job not yet
 
-    set_ray_status(kube, handle, jobDeploymentStatus="Running", jobStatus="RUNNING")
+    assert driver_for(kube.cluster).ray_addresses(handle) is None  # not up yet
+    set_ray_status(kube, handle, jobDeploymentStatus="Running", jobStatus="RUNNING",
+                   rayClusterName=f"{handle}-raycluster-x7k2p")
+    head = f"{handle}-raycluster-x7k2p-head-svc.{NAMESPACE}.svc"
+    for driver in drivers(kube).values():
+        assert driver.ray_addresses(handle) == {
+            "gcs": f"{head}:6379", "client": f"ray://{head}:10001",
+            "dashboard": f"http://{head}:8265"}
     running = status(kube, handle)
     assert running.phase == Phase.RUNNING
     assert [r.phase for r in running.replicas] == [Phase.RUNNING] * 3
@@ -169,6 +176,7 @@ def test_the_ray_job_status_runs_then_succeeds_the_same_watched_or_listed(kube):
         kube.delete_object("Pod", pod["metadata"]["name"], NAMESPACE)
     done = status(kube, handle)
     assert (done.phase, done.exit_code) == (Phase.SUCCEEDED, 0)
+    assert driver_for(kube.cluster).ray_addresses(handle) is None
     assert [r.phase for r in done.replicas] == [Phase.SUCCEEDED] * 3
     reconcile_cluster(cluster=kube.cluster)
     job.refresh_from_db()

@@ -25,6 +25,8 @@ WORKER_GROUP = "workers"
 TTL_AFTER_FINISHED_S = 600
 # RayJob.status.jobStatus (Ray's own job states) and jobDeploymentStatus (KubeRay's).
 FINISHED_JOB_STATES = {"SUCCEEDED", "FAILED", "STOPPED"}
+# The head's ports (KubeRay's defaults, on the head Service `<RayCluster>-head-svc`).
+GCS_PORT, CLIENT_PORT, DASHBOARD_PORT = 6379, 10001, 8265
 
 
 def _node_workload(workload: Workload, node: Resources, replicas: int) -> Workload:
@@ -111,3 +113,19 @@ def ray_job_phase(obj: dict | None) -> tuple[str, str]:
     if job == "RUNNING" or deployment == "Running":
         return "running", ""
     return "pending", f"RayJob {deployment or 'new'}" + (f": {message}" if message else "")
+
+
+def ray_cluster_addresses(obj: dict) -> dict[str, str] | None:
+    """Where a RayJob's cluster is reached inside the Kubernetes cluster: its head Service
+    (KubeRay names it after the RayCluster it made, `<name>-head-svc`), once KubeRay says the
+    cluster is up and the entrypoint submitted (jobDeploymentStatus Running); None before and
+    after."""
+    status = obj.get("status") or {}
+    name = status.get("rayClusterName")
+    if status.get("jobDeploymentStatus") != "Running" or not name:
+        return None
+    host = f"{name}-head-svc.{obj['metadata']['namespace']}.svc"
+    head = ((obj.get("spec") or {}).get("rayClusterSpec") or {}).get("headGroupSpec") or {}
+    dashboard = (head.get("rayStartParams") or {}).get("include-dashboard") == "true"
+    return {"gcs": f"{host}:{GCS_PORT}", "client": f"ray://{host}:{CLIENT_PORT}",
+            "dashboard": f"http://{host}:{DASHBOARD_PORT}" if dashboard else ""}

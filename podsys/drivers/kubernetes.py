@@ -75,7 +75,13 @@ from podsys.drivers.kube_manifests import (
     workload_objects,
 )
 from podsys.drivers.kube_networks import check_namespace_owner, node_rdma, pod_rdma
-from podsys.drivers.kube_ray import RAY_GROUP, RAY_PLURAL, RAY_VERSION, ray_job_phase
+from podsys.drivers.kube_ray import (
+    RAY_GROUP,
+    RAY_PLURAL,
+    RAY_VERSION,
+    ray_cluster_addresses,
+    ray_job_phase,
+)
 from podsys.drivers.kube_security import NAMESPACE_POLICIES
 from podsys.drivers.kube_watch import Collection, Store, Transport, WatchOptions
 
@@ -601,6 +607,15 @@ class KubernetesDriver(ClusterDriver):
             self.cancel(handle)
             deleted += 1
         return deleted
+
+    def ray_addresses(self, handle: str) -> dict[str, str] | None:
+        """A Ray workload's head Service (`kube_ray.ray_cluster_addresses`): reached from
+        the tenant's namespace and by the platform's dashboard proxy."""
+        with self._workloads() as found:
+            owner = found.owner(handle)
+        if owner is None or owner.get("kind") != "RayJob":
+            return None
+        return ray_cluster_addresses(owner)
 
     def endpoint(self, handle: str) -> str | None:
         with self._workloads() as found:
