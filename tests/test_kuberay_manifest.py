@@ -52,14 +52,19 @@ def test_the_ray_job_is_a_head_and_one_worker_group_of_the_drivers_pods() -> Non
     (workers,) = cluster["workerGroupSpecs"]
     assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == 2
     assert head["rayStartParams"]["include-dashboard"] == "true"
-    for template in (head["template"], workers["template"]):
+    submitter = spec["submitterPodTemplate"]
+    assert submitter["metadata"]["labels"] == {**job["metadata"]["labels"],
+                                                "ray.io/node-type": "submitter"}
+    limits = submitter["spec"]["containers"][0]["resources"]["limits"]
+    assert "nvidia.com/gpu" not in limits and limits["cpu"] in ("500m", "0.5")
+    for template in (head["template"], workers["template"], submitter):
         check_object(template, "V1PodTemplateSpec")
         pod = template["spec"]
         assert pod["automountServiceAccountToken"] is False
         assert pod["securityContext"]["runAsNonRoot"] is True
         container = pod["containers"][0]
         assert "command" not in container  # KubeRay starts Ray in it
-        assert template["metadata"]["labels"] == job["metadata"]["labels"]
+        assert template["metadata"]["labels"].items() >= job["metadata"]["labels"].items()
     head_limits = head["template"]["spec"]["containers"][0]["resources"]["limits"]
     worker_limits = workers["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert "nvidia.com/gpu" not in head_limits and worker_limits["nvidia.com/gpu"] == "1"

@@ -227,7 +227,7 @@ def test_cancel_deletes_the_ray_job_and_its_pods(kube, world):
     assert status(kube, handle).phase == Phase.MISSING
 
 
-def test_logs_of_a_ray_job_are_its_head_and_workers_pods(kube):
+def test_logs_of_a_ray_job_are_its_pods_and_the_entrypoints_output(kube):
     job = kube.submit()
     cycle(kube)
     handle = workload_id(job)
@@ -237,6 +237,20 @@ def test_logs_of_a_ray_job_are_its_head_and_workers_pods(kube):
     driver = driver_for(kube.cluster)
     assert driver.logs(handle) == "head says hi\n"
     assert driver.logs(handle, replica=2) == "worker two\n"
+    # KubeRay's submitter Job runs `ray job submit` (which follows the entrypoint's output) in
+    # the RayJob's submitter template: replica 0's log shows it after the head's.
+    with kube.lock:
+        owner = kube.store.get("RayJob", NAMESPACE, handle)
+        kube._make_pod(owner, f"{handle}-submit", copy.deepcopy(
+            owner["spec"]["submitterPodTemplate"]), None)
+        kube._settle()
+    kube.start_pods("ray.io/node-type=submitter")
+    kube.set_logs(f"{handle}-submit", "epoch 1 loss 2.5\nepoch 2 loss 1.9\n")
+    assert driver.logs(handle) == ("head says hi\n[ogai] the entrypoint's output (ray job "
+                                   "submit):\nepoch 1 loss 2.5\nepoch 2 loss 1.9\n")
+    assert driver.logs(handle, tail=1) == "epoch 2 loss 1.9\n"
+    assert driver.logs(handle, replica=2) == "worker two\n"
+    assert status(kube, handle).replicas[0].node.startswith("gpu-")  # not the submitter
     with pytest.raises(DriverError, match="no replica 3"):
         driver.logs(handle, replica=3)
 

@@ -21,7 +21,8 @@ checked (and put right) on every launch.
 A Ray job (`Workload.ray`) is a KubeRay `RayJob` (`kube_ray`), on a cluster whose option
 `kuberay` is true (KubeRay installed: the `ray.io` API group, which `check_connection` reports;
 the driver makes no API call when it is made, so the option says it): its phase is the RayJob's
-(`ray_job_phase`), its replicas the head's and the workers' pods.
+(`ray_job_phase`), its replicas the head's and the workers' pods; replica 0's log adds the
+submitter pod's (the entrypoint's output) and its addresses are the head Service's.
 Errors the API may recover from (5xx, a refused connection) are retried a few times; what
 remains is a `DriverError` in the cluster's own words, never with the credentials in it.
 """
@@ -77,8 +78,10 @@ from podsys.drivers.kube_manifests import (
 from podsys.drivers.kube_networks import check_namespace_owner, node_rdma, pod_rdma
 from podsys.drivers.kube_ray import (
     RAY_GROUP,
+    RAY_NODE_TYPE,
     RAY_PLURAL,
     RAY_VERSION,
+    SUBMITTER_TYPE,
     ray_cluster_addresses,
     ray_job_phase,
 )
@@ -90,7 +93,6 @@ MANAGED = f"{MANAGED_BY}=ogai"
 VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 RAY = (RAY_GROUP, RAY_VERSION, RAY_PLURAL)
 # KubeRay labels the pods of a Ray cluster "head" or "worker".
-RAY_NODE_TYPE = "ray.io/node-type"
 KUEUE_GROUP = "kueue.x-k8s.io"
 # Waiting reasons that will not clear on their own: the attempt fails with the cluster's words.
 STUCK = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
@@ -127,6 +129,7 @@ JOBS = Collection("jobs", "Job", "/apis/batch/v1/jobs", label_selector=MANAGED,
 DEPLOYMENTS = Collection("deployments", "Deployment", "/apis/apps/v1/deployments",
                          label_selector=MANAGED, index_label=WORKLOAD_LABEL)
 # Read only on a cluster with KubeRay (elsewhere the path is not served).
+ENTRYPOINT_LOG_HEADING = "[ogai] the entrypoint's output (ray job submit):\n"
 RAYJOBS = Collection("ray jobs", "RayJob", f"/apis/{RAY_GROUP}/{RAY_VERSION}/{RAY_PLURAL}",
                      label_selector=MANAGED, index_label=WORKLOAD_LABEL)
 NODES = Collection("nodes", "Node", "/api/v1/nodes")
@@ -554,14 +557,31 @@ class KubernetesDriver(ClusterDriver):
         else:
             pods = [pod for position, pod in enumerate(sorted(all_pods, key=_created))
                     if _pod_index(pod, position) == replica]
-        if not pods:  # cleaned up: the logs kept before
+        entrypoint = (self._entrypoint_log(handle, all_pods) if _is_ray(owner) and replica == 0
+                      else "")
+        if not pods and not entrypoint:  # cleaned up: the logs kept before
             kept = self._kept_log(handle, replica)
             if kept is not None and kept.exists():
                 return tail_lines(kept.read_text(errors="replace"), tail)
             if owner is None and not all_pods:
                 raise DriverError(f"no workload {handle!r} on cluster {self.cluster}")
             return ""  # not started yet
-        return self._pod_log(handle, pods[-1], tail)
+        if not entrypoint:
+            return self._pod_log(handle, pods[-1], tail)
+        head = self._pod_log(handle, pods[-1], None) if pods else ""
+        if head and not head.endswith("\n"):
+            head += "\n"
+        return tail_lines(f"{head}{ENTRYPOINT_LOG_HEADING}{entrypoint}", tail)
+
+    def _entrypoint_log(self, handle: str, pods: list[Obj]) -> str:
+        """A RayJob's entrypoint output: KubeRay runs `ray job submit`, which follows the Ray
+        job's logs, in its submitter pod; the newest one's log ("" before)."""
+        submitters = [pod for pod in pods
+                      if (pod["metadata"].get("labels") or {}).get(RAY_NODE_TYPE)
+                      == SUBMITTER_TYPE]
+        if not submitters:
+            return ""
+        return self._pod_log(handle, max(submitters, key=_created), None)
 
     def _pod_log(self, handle: str, pod: Obj, tail: int | None) -> str:
         # Raw bytes: the client (36.x) would hand back the repr of the bytes as the text.
@@ -599,11 +619,11 @@ class KubernetesDriver(ClusterDriver):
                    if (ended := _ended_at(owner)) is not None and ended + ttl <= now}
         deleted = 0
         for handle, pods in due.items():
-            for position, pod in enumerate(sorted(pods, key=_created)):
-                kept = self._kept_log(handle, _pod_index(pod, position))
+            for replica in self._replicas_with_pods(owners[handle], pods):
+                kept = self._kept_log(handle, replica)
                 assert kept is not None
                 kept.parent.mkdir(parents=True, exist_ok=True)
-                kept.write_text(self._pod_log(handle, pod, None))
+                kept.write_text(self.logs(handle, replica=replica))
             self.cancel(handle)
             deleted += 1
         return deleted
@@ -616,6 +636,13 @@ class KubernetesDriver(ClusterDriver):
         if owner is None or owner.get("kind") != "RayJob":
             return None
         return ray_cluster_addresses(owner)
+
+    def _replicas_with_pods(self, owner: Obj, pods: list[Obj]) -> list[int]:
+        """The replica indexes that have a pod (a Ray cluster's: its head and workers)."""
+        if _is_ray(owner):
+            return sorted(_ray_replicas(pods, _expected_replicas(owner, len(pods))))
+        return sorted({_pod_index(pod, position)
+                       for position, pod in enumerate(sorted(pods, key=_created))})
 
     def endpoint(self, handle: str) -> str | None:
         with self._workloads() as found:
