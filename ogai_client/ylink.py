@@ -656,10 +656,9 @@ def cmd_train_run(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_train_mpt(args: argparse.Namespace, ctx: Context) -> int:
     """The two-stage recipe of multi-task prompt tuning: both runs at once; -f follows the
     target (it fails if the source does)."""
-    spec = read_run_spec(args.spec, what="multi-task prompt tuning",
-                         hint="base_run, source, target, prompt_tuning, …")
-    spec = {**spec, **{name: value for name in ("tenant", "queue", "name")
-                       if (value := getattr(args, name, None))}}
+    spec = _apply_overrides(read_run_spec(args.spec, what="multi-task prompt tuning",
+                                          hint="base_run, source, target, prompt_tuning, …"),
+                            args)
     client = ctx.client()
     source, target = client.start_multitask_prompt_tuning(spec)
     if args.quiet:
@@ -878,11 +877,12 @@ def add_commands(commands: Any, command: Callable[..., Any]) -> None:
                          help="how many (default 5, at most 100)")
     json_flag(samples)
 
-    def run_options(parser: Any) -> None:
-        parser.add_argument("--dataset", metavar="NAME",
-                            help="run on this dataset instead of the spec's")
-        parser.add_argument("--version", type=_positive_int, metavar="N",
-                            help="its version number (default: the newest)")
+    def run_options(parser: Any, *, dataset: bool = True) -> None:
+        if dataset:
+            parser.add_argument("--dataset", metavar="NAME",
+                                help="run on this dataset instead of the spec's")
+            parser.add_argument("--version", type=_positive_int, metavar="N",
+                                help="its version number (default: the newest)")
         parser.add_argument("--tenant", help="the tenant (needed when you are in several)")
         parser.add_argument("--queue", help="the queue (default: the spec's, or 'default')")
         parser.add_argument("--name", help="the run's name, overriding the spec's")
@@ -925,12 +925,7 @@ def add_commands(commands: Any, command: Callable[..., Any]) -> None:
     t_mpt.add_argument("spec", metavar="SPEC", help="the spec file; - reads stdin")
     t_mpt.add_argument("--follow", "-f", action="store_true",
                        help="follow the target run until it ends; exit 0 only if it succeeded")
-    t_mpt.add_argument("--tenant", help="the tenant (needed when you are in several)")
-    t_mpt.add_argument("--queue", help="the queue (default: the spec's, or 'default')")
-    t_mpt.add_argument("--name", help="the runs' name (NAME-source, NAME-target)")
-    t_mpt.add_argument("--quiet", "-q", action="store_true", help="print only the run ids")
-    t_mpt.add_argument("--interval", type=_interval, default=2.0,
-                       help="seconds between polls with -f (default 2)")
+    run_options(t_mpt, dataset=False)
     t_list = command(training, "list", cmd_train_list, "list training runs, newest first")
     t_list.add_argument("--tenant", help="only this tenant's runs")
     t_list.add_argument("--kind", choices=TRAINING_KINDS, help="only runs of this kind")
