@@ -68,6 +68,42 @@ def _fresh_fake_clusters(settings):
     reset_drivers()
 
 
+@pytest.fixture(autouse=True)
+def _log_store_by_hand(settings):
+    """The platform's own lines reach the log store only in tests that ask (`log_store`), and
+    then when the test flushes them: no thread writes behind a test's back."""
+    settings.OGAI_LOGS_PLATFORM = False
+    settings.OGAI_LOGS_FLUSHER = False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_log_store():
+    yield
+    from aistation.logstore.config import reset_store
+
+    reset_store()  # before the test database is dropped: it refuses while connected
+
+
+@pytest.fixture
+def log_store(db, settings):
+    """This test database's log store (PostgreSQL or SQLite, as the tests' database), empty,
+    with the platform's own lines going into this process's buffer."""
+    from aistation.logstore.config import get_store, reset_store
+    from aistation.logstore.handler import platform_buffer
+
+    reset_store()
+    store = get_store()
+    store.clear()
+    settings.OGAI_LOGS_PLATFORM = True
+    buffer = platform_buffer()
+    buffer.flush(store)
+    store.clear()
+    yield store
+    store.clear()
+    store.close()  # this one may no longer be the process's (a test may reset it)
+    reset_store()
+
+
 @pytest.fixture
 def password() -> str:
     return PASSWORD
@@ -169,7 +205,7 @@ def celery_worker_process(tmp_path):
     # Beat runs inside the worker, reconciling often, so jobs end promptly in tests.
     env = {**os.environ, "DATABASE_URL": _database_url_of_tests(),
            "OGAI_RECONCILE_INTERVAL_S": "0.5", "OGAI_SCHEDULE_INTERVAL_S": "2",
-           "OGAI_RETRY_BACKOFF_S": "0.2",
+           "OGAI_RETRY_BACKOFF_S": "0.2", "OGAI_LOGS_SHIP_INTERVAL_S": "0.5",
            "OGAI_LAUNCH_GRACE_S": "5", "OGAI_FAKE_STATE_DIR": str(tmp_path / "fakes")}
     log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(

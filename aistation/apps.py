@@ -16,10 +16,11 @@ class AistationConfig(AppConfig):
 
         register_runs_there_provider(queue_tenants_run_there)
 
-        from aistation.metrics import JobsCollector
+        from aistation.metrics import JobsCollector, LogStoreCollector
         from ogai.metrics import register_collector
 
         register_collector(JobsCollector())
+        register_collector(LogStoreCollector())
 
         from aistation.services.evictions import on_node_out_of_service
         from podsys.signals import node_out_of_service

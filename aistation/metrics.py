@@ -1,13 +1,14 @@
-"""AIStation's figures on OGAI's /metrics: jobs by state, and each cluster's scheduling cycles
-(counted by `schedule_cluster` on the Cluster row, so every web process reports the same)."""
+"""AIStation's figures on OGAI's /metrics: jobs by state, each cluster's scheduling cycles
+(counted by `schedule_cluster` on the Cluster row, so every web process reports the same), and
+the log store's."""
 
 from collections.abc import Iterator
 
 from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from aistation.choices import JobState
-from aistation.models import Job
+from aistation.choices import LIVE_ATTEMPT_STATES, JobState
+from aistation.models import Attempt, Job
 from podsys.models import Cluster
 
 
@@ -36,3 +37,37 @@ class JobsCollector:
         yield cycles
         yield seconds
         yield last
+
+
+class LogStoreCollector:
+    """The log store's health: platform lines dropped (every process, as the store counts
+    them, plus this process's not yet counted there), lines waiting in this process's buffer,
+    and ended attempts whose output is not all in the store yet."""
+
+    def collect(self) -> Iterator[Metric]:
+        from aistation.logstore.base import StoreDown
+        from aistation.logstore.config import get_store
+        from aistation.logstore.handler import platform_buffer
+
+        buffer = platform_buffer()
+        up = GaugeMetricFamily("ogai_logs_store_up", "Whether the log store answered.")
+        dropped = CounterMetricFamily(
+            "ogai_logs_dropped_lines", "Platform log lines dropped because a process's buffer "
+            "was full (the store slow or down).", labels=["source"])
+        try:
+            counted = get_store().dropped()
+            up.add_metric([], 1)
+        except StoreDown:
+            counted = {}
+            up.add_metric([], 0)
+        counted[buffer.source] = counted.get(buffer.source, 0) + buffer.unreported
+        for source, count in sorted(counted.items()):
+            dropped.add_metric([source], count)
+        yield up
+        yield dropped
+        yield GaugeMetricFamily("ogai_logs_buffered_lines", "Platform log lines waiting in "
+                                "this process's buffer for the store.", value=len(buffer))
+        waiting = Attempt.objects.filter(launched=True, logs_shipped=False) \
+            .exclude(state__in=LIVE_ATTEMPT_STATES).count()
+        yield GaugeMetricFamily("ogai_logs_unshipped_attempts", "Ended attempts whose output "
+                                "is not all in the log store yet.", value=waiting)

@@ -3,12 +3,16 @@
 import logging
 
 from celery import shared_task
+from django.core.cache import cache
 
 from aistation.choices import LIVE_ATTEMPT_STATES, AttemptState, JobState
+from aistation.logstore.base import StoreDown
 from aistation.models import Attempt, Job
 from aistation.services.attempts import attempt_stop
 from aistation.services.autoscale import fleet_autoscale, fleet_pools
 from aistation.services.fleets import fleet_redispatch
+from aistation.services.log_retention import logs_expire as expire_logs
+from aistation.services.log_shipping import logs_ship as ship_logs
 from aistation.services.notebooks import notebook_cull
 from aistation.services.reconcile import reconcile_cluster
 from aistation.services.scheduling import schedule_cluster
@@ -17,6 +21,7 @@ from podsys.drivers.base import DriverError
 from podsys.models import Cluster, Fleet
 
 logger = logging.getLogger(__name__)
+SHIP_LOCK = "aistation.logs_ship.running"
 
 
 @shared_task(name="aistation.schedule_cycle", queue="cluster", time_limit=120,
@@ -77,3 +82,26 @@ def fleet_dispatch() -> int:
         for pool in fleet_pools(fleet.pk):
             fleet_autoscale(pool=pool)
     return moved
+
+
+@shared_task(name="aistation.logs_ship", queue="cluster", time_limit=120, soft_time_limit=100,
+             ignore_result=True)
+def logs_ship() -> int:
+    """Every job's new output into the log store; one pass at a time (a pass still running
+    when the next is due makes that one skip). The store down: nothing lost, tried again."""
+    if not cache.add(SHIP_LOCK, 1, timeout=110):
+        return 0
+    try:
+        return ship_logs().lines
+    except StoreDown as exc:
+        logger.warning("log shipping waits for the log store: %s", exc)
+        return 0
+    finally:
+        cache.delete(SHIP_LOCK)
+
+
+@shared_task(name="aistation.logs_expire", queue="cluster", time_limit=1800,
+             soft_time_limit=1700, ignore_result=True)
+def logs_expire() -> int:
+    """Drop the log store's days past each tenant's retention."""
+    return expire_logs().lines

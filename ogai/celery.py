@@ -6,6 +6,8 @@ import os
 from celery import Celery
 from kombu import Exchange, Queue
 
+from ogai.log_context import connect_celery
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ogai.settings")
 
 QUEUES = ("default", "cluster", "provision", "toolchain")
@@ -19,3 +21,4 @@ app.conf.task_queues = [
 app.conf.task_default_exchange = "default"
 app.conf.task_default_routing_key = "default"
 app.autodiscover_tasks()
+connect_celery()

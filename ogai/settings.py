@@ -68,6 +68,7 @@ MIDDLEWARE = [
     # First, so /metrics counts and times every request whole.
     "ogai.metrics.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "ogai.log_context.RequestIdMiddleware",
     "ogai.request_context.RequestContextMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -172,13 +173,34 @@ SECURE_HSTS_PRELOAD = PRODUCTION
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 X_FRAME_OPTIONS = "DENY"
 
+# The platform's own logs: one JSON object a line on stderr (OGAI_LOG_FORMAT=plain for
+# people), and into the log store, where operators search them beside every job's output.
+OGAI_LOG_FORMAT = env_str("OGAI_LOG_FORMAT", "json")
+if OGAI_LOG_FORMAT not in ("json", "plain"):
+    raise ImproperlyConfigured(f"OGAI_LOG_FORMAT={OGAI_LOG_FORMAT!r}: use json or plain.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+                   "json": {"()": "ogai.log_context.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": OGAI_LOG_FORMAT},
+                 "store": {"class": "aistation.logstore.handler.StoreHandler"}},
+    "root": {"handlers": ["console", "store"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# The log store (aistation/logstore): see its config module for OGAI_LOGS_URL.
+OGAI_LOGS_URL = env_str("OGAI_LOGS_URL", "")
+OGAI_LOGS_PLATFORM = env_bool("OGAI_LOGS_PLATFORM", True)  # the platform's lines too
+OGAI_LOGS_FLUSHER = True  # a thread sends buffered platform lines (tests send them by hand)
+OGAI_LOGS_BUFFER_LINES = env_int("OGAI_LOGS_BUFFER_LINES", 10000)
+OGAI_LOGS_SHIP_INTERVAL_S = float(env_str("OGAI_LOGS_SHIP_INTERVAL_S", "2"))
+# Transactions a shipping pass writes at once into a PostgreSQL store (SQLite takes one).
+OGAI_LOGS_WRITERS = env_int("OGAI_LOGS_WRITERS", 2)
+# Days the platform's own lines are kept (tenants' job output: each tenant's setting).
+OGAI_LOGS_PLATFORM_RETENTION_DAYS = env_int("OGAI_LOGS_PLATFORM_RETENTION_DAYS", 30)
+# Also send every line to an OpenTelemetry collector (OTLP/HTTP, e.g.
+# http://otel-collector:4318/v1/logs); empty: no export.
+OGAI_LOGS_OTLP_ENDPOINT = env_str("OGAI_LOGS_OTLP_ENDPOINT", "")
 
 # REST API: JSON, and the browsable API while developing.
 _RENDERERS = ["rest_framework.renderers.JSONRenderer"]
@@ -277,6 +299,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_TASK_TIME_LIMIT = 600
 CELERY_TASK_SOFT_TIME_LIMIT = 540
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Keep LOGGING's handlers (JSON on stderr, the log store) in workers and beat too.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Periodic work, by task name. The reconcile interval is also how soon a finished job is seen.
@@ -296,6 +320,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
                              "schedule": float(env_str("OGAI_METRICS_INTERVAL_S", "30"))},
     "run-health-checks": {"task": "podsys.run_health_checks", "schedule": 30.0},
     "sweep-deployment-runs": {"task": "podsys.sweep_deployment_runs", "schedule": 60.0},
+    "ship-logs": {"task": "aistation.logs_ship", "schedule": OGAI_LOGS_SHIP_INTERVAL_S},
+    "expire-logs": {"task": "aistation.logs_expire", "schedule": 3600.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = TIME_ZONE

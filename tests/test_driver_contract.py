@@ -75,6 +75,10 @@ def test_a_gang_runs_to_success_each_replica_with_its_rank_and_its_own_log(drive
     assert driver.logs(handle, replica=1, tail=1).strip() == "rank 1 of 2"
     with pytest.raises(DriverError):
         driver.logs(handle, replica=2)
+    # What the log store's shipper reads: every line once, from where it last stopped.
+    chunk = driver.read_log(handle, replica=1, offset=0, final=True)
+    assert chunk.lines[-1] == "rank 1 of 2"
+    assert driver.read_log(handle, replica=1, offset=chunk.offset, final=True).lines == ()
 
 
 def test_a_failure_carries_the_exit_code_of_the_rank_that_failed(driver):

@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 from django.urls import reverse
+from rest_framework.test import APIClient
 
 from aistation.models import Job, Notebook, Queue, Workdir
 from infra_os.choices import ServerState
@@ -54,7 +55,10 @@ from tests.factories import (
 )
 from ylink.models import Dataset, DatasetVersion, PipelineRun, TrainingRun
 
-VIEWSETS, PLAIN_ROUTES = api_routes()
+ALL_VIEWSETS, PLAIN_ROUTES = api_routes()
+# Viewsets of a model's rows; the others search (the log store) and are walked below.
+VIEWSETS = [r for r in ALL_VIEWSETS if hasattr(r.viewset, "output_serializer_class")]
+SEARCH_VIEWSETS = [r for r in ALL_VIEWSETS if r not in VIEWSETS]
 # The sign-in, and the two doors of a server being installed: its boot config (by MAC) and its
 # callback (its one-time token is the proof); both are tested in infra_os/tests.
 OPEN_ROUTES = {"infra_os-api:login", "infra_os-api:provisioning-callback",
@@ -227,7 +231,7 @@ def _ids(ids):
 
 
 def test_routes_were_found():
-    names = {routes.viewset.__name__ for routes in VIEWSETS}
+    names = {routes.viewset.__name__ for routes in ALL_VIEWSETS}
     assert {"TenantViewSet", "MembershipViewSet", "ApiTokenViewSet"} <= names
 
 
@@ -317,3 +321,63 @@ def test_plain_routes_need_authentication(route, api, db):
     for method in methods:
         response = _send(api, method, reverse(route.name))
         assert response.status_code == 401, (method, route.name)
+
+
+# Search routes ------------------------------------------------------------------------------
+
+
+def _log_lines(tenant, user, store):
+    """A job of the tenant with a line in the log store; the query that finds it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from aistation.logstore.base import LogLine
+
+    job = JobFactory(queue=QueueFactory(tenant=tenant), owner=user)
+    store.append([LogLine(ts=timezone.now() - timedelta(minutes=1),
+                          message=f"NCCL WARN {tenant.name} secret-{job.pk}",
+                          tenant_id=tenant.pk, job_id=job.pk, attempt=1, replica=0,
+                          line_no=1)])
+    return {"q": f"secret-{job.pk}", "job": job.pk, "attempt": 1, "line": 1}
+
+
+# viewset → plants one object of a tenant where the viewset searches; returns the query
+# parameters that find it for its owner.
+SEARCHED = {"LogViewSet": _log_lines}
+
+
+def _found(response) -> bool:
+    if response.status_code == 404:
+        return False
+    assert response.status_code == 200, response.content
+    body = response.json()
+    return bool(body.get("results") or body.get("lines") or body.get("total"))
+
+
+def _search_urls(routes):
+    return [routes.list_name, *routes.list_actions]
+
+
+@pytest.mark.parametrize("routes", SEARCH_VIEWSETS, ids=_ids(SEARCH_VIEWSETS))
+def test_searches_never_cross_tenants(routes, api, world, log_store):
+    name = routes.viewset.__name__
+    assert name in SEARCHED, f"{name}: add it to SEARCHED in {__name__} to walk it."
+    theirs = SEARCHED[name](world.beta, world.beta_member, log_store)
+    mine = SEARCHED[name](world.alpha, world.alpha_member, log_store)
+    for url_name in _search_urls(routes):
+        url = reverse(url_name)
+        assert _send(APIClient(), "GET", url).status_code == 401, url_name
+        owner = api.as_user(world.beta_member).get(url, theirs)
+        assert _found(owner), (url_name, owner.content)
+        for attacker in (world.alpha_member, world.alpha_admin, world.alpha_viewer):
+            client = api.as_user(attacker)
+            # Their exact query, the same without the job, and every job id nearby.
+            assert not _found(client.get(url, theirs)), url_name
+            without_job = {k: v for k, v in theirs.items() if k not in ("job", "attempt")}
+            if url_name == routes.list_name or "histogram" in url_name:
+                assert not _found(client.get(url, without_job)), url_name
+            for job in range(max(1, theirs["job"] - 2), theirs["job"] + 3):
+                probe = client.get(url, {**theirs, "job": job, "q": "secret"})
+                if job != mine["job"]:
+                    assert not _found(probe), (url_name, job)

@@ -135,6 +135,9 @@ class Attempt(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     reason = models.TextField(blank=True)
+    # Every replica's output is in the log store (set once the attempt has ended and its
+    # logs were read to their end): the shipper stops reading it.
+    logs_shipped = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["job_id", "number"]

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from aistation.choices import FINAL_STATES, AttemptState, JobState
 from aistation.models import Attempt, Job, JobEvent
-from aistation.services.transitions import job_transition
+from aistation.services.transitions import job_transition, log_events
 from aistation.services.workloads import attempt_workload
 from aistation.triggers import request_cycle_after
 from infra_os.services.usage import usage_record_create
@@ -114,6 +114,7 @@ def attempts_launch(cluster: Cluster, attempts: list[Attempt]) -> None:
         jobs.filter(started_at__isnull=True).update(started_at=now)
         bulk_set(Job, "reason", where)
         JobEvent.objects.bulk_create(events, batch_size=1000)
+        log_events(events)
     for attempt in cancelled:
         attempt_stop(attempt, AttemptState.CANCELLED, "the job was cancelled")
     for attempt, message in refused:

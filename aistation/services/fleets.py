@@ -24,6 +24,7 @@ from aistation.models import Attempt, Job, JobEvent
 from aistation.scheduler.dispatch import ClusterView, Dispatcher, move_order
 from aistation.scheduler.policies import DEFAULT_LEVELS_GPU_S, DEFAULT_MIN_RUN_S
 from aistation.scheduler.types import JobSnap, NodeSnap
+from aistation.services.transitions import log_events
 from aistation.triggers import request_cycle
 from podsys.choices import NodeHealth, PoolNodeState
 from podsys.drivers.base import (
@@ -234,6 +235,7 @@ def fleet_redispatch(*, fleet: Fleet, now: datetime | None = None) -> Redispatch
                                        to_state=JobState.QUEUED, reason=reason))
                 result.moved[job.pk] = target.name
         JobEvent.objects.bulk_create(events)
+        log_events(events)
     return result
 
 
@@ -248,8 +250,8 @@ def job_move(job: Job, target: Cluster, *, why: str, record: bool = True) -> boo
     if not moved:
         return False
     if record:
-        JobEvent.objects.create(job_id=job.pk, from_state=JobState.QUEUED,
-                                to_state=JobState.QUEUED, reason=why)
+        log_events([JobEvent.objects.create(job_id=job.pk, from_state=JobState.QUEUED,
+                                            to_state=JobState.QUEUED, reason=why)])
     job.cluster, job.dispatch = target, why
     request_cycle(target.pk)
     return True

@@ -14,7 +14,7 @@ from aistation.models import Job, JobToken, Queue, Workdir
 from aistation.scheduler.scaling import NodeShape, nodes_for
 from aistation.scheduler.types import JobSnap
 from aistation.services.fleets import job_dispatch, needed_features
-from aistation.services.transitions import job_transition
+from aistation.services.transitions import job_transition, log_events
 from aistation.triggers import request_cancel, request_cycle
 from infra_os.access import require_role
 from infra_os.choices import WRITE_ROLES
@@ -366,8 +366,8 @@ def job_submit(
     job.full_clean(exclude=["tenant", "queue", "cluster", "owner", "rerun_of", "workdir"],
                    validate_constraints=False)
     job.save()
-    job.events.create(from_state="", to_state=JobState.QUEUED,
-                      reason=job.dispatch if queue.fleet_id else job.reason)
+    log_events([job.events.create(from_state="", to_state=JobState.QUEUED,
+                                  reason=job.dispatch if queue.fleet_id else job.reason)])
     audit_record(actor=actor, action="job.submit", obj=job, tenant=tenant,
                  changes={"queue": queue.name, "gpus": job.gpus, "replicas": replicas,
                           **({"workdir": workdir.sha256} if workdir else {}),

@@ -26,8 +26,10 @@ from django.utils import timezone
 
 from aistation.choices import ACTIVE_STATES, FINAL_STATES, JobState
 from aistation.labels import OWNER_LABEL
+from aistation.logstore.base import StoreDown
 from aistation.models import Job, Notebook, NotebookEvent, NotebookPolicy, Queue
 from aistation.models.notebooks import DEFAULT_IDLE_TIMEOUT_S
+from aistation.selectors_logs import tenant_log_bytes
 from aistation.services.jobs import job_cancel, job_submit
 from infra_os.access import role_in
 from infra_os.choices import ADMIN_ROLES, WRITE_ROLES
@@ -152,19 +154,25 @@ def _folder_bytes(path: Path) -> int:
 
 
 def _check_storage(tenant: Tenant) -> None:
-    """Notebook homes count against the tenant's storage quota (their sizes as of their last
-    session's end): a tenant over it starts no session until it frees space."""
+    """Notebook homes (their sizes as of their last session's end) and the tenant's lines in
+    the log store count against its storage quota: a tenant over it starts no session until
+    it frees space (or shortens its log retention)."""
     quota = getattr(tenant, "quota", None)
     if quota is None:
         return
-    used = Notebook.objects.filter(tenant=tenant, deleted=False) \
+    homes = Notebook.objects.filter(tenant=tenant, deleted=False) \
         .aggregate(total=Sum("home_bytes"))["total"] or 0
+    try:
+        logs = tenant_log_bytes(tenant.pk)
+    except StoreDown:
+        logs = 0  # not known now: the homes alone decide
     limit = quota.storage_gib * 2**30
-    if used >= limit:
+    if homes + logs >= limit:
         raise ValidationError({"storage": (
-            f"The notebooks' home folders of {tenant.name} hold {used / 2**30:.1f} GiB of its "
-            f"{quota.storage_gib} GiB storage quota: delete files or notebooks, or ask for "
-            "more.")})
+            f"{tenant.name} holds {(homes + logs) / 2**30:.1f} GiB of its {quota.storage_gib} "
+            f"GiB storage quota (notebook homes {homes / 2**30:.1f} GiB, job logs "
+            f"{logs / 2**30:.1f} GiB): delete files or notebooks, shorten the log retention, "
+            "or ask for more.")})
 
 
 def _start_session(actor, notebook: Notebook, kind: str, reason: str) -> Notebook:

@@ -26,6 +26,7 @@ from aistation.scheduler.types import (
 )
 from aistation.services.attempts import attempt_record_usage, attempts_launch, attempts_stop
 from aistation.services.fleets import closed_to, pool_nodes_held
+from aistation.services.transitions import log_events
 from aistation.services.workloads import workload_id
 from infra_os.models import Quota
 from infra_os.selectors import leased_gpus_by_tenant
@@ -273,6 +274,7 @@ def _apply(decisions: Decisions, rows: dict[int, dict], cluster: Cluster, now: d
     bulk_set(Job, "placement", placements)
     bulk_set(Job, "waited_s", waited)
     JobEvent.objects.bulk_create(events, batch_size=1000)
+    log_events(events)
     return attempts, stopped
 
 

@@ -186,6 +186,31 @@ def test_notebook_homes_count_against_the_tenants_storage_quota(farm, world):
     assert fresh.job.state == JobState.QUEUED
 
 
+def test_job_logs_count_against_the_tenants_storage_quota(farm, world, log_store,
+                                                         monkeypatch):
+    from datetime import UTC, datetime
+
+    from aistation.logstore.base import LogLine
+    from aistation.selectors_logs import tenant_log_bytes
+    from aistation.services import notebooks
+
+    log_store.append([LogLine(ts=datetime.now(UTC), message="x" * 99, tenant_id=tenant.pk,
+                              job_id=1, attempt=1, replica=0, line_no=1)
+                      for tenant in (world.alpha, world.alpha, world.beta)])
+    assert tenant_log_bytes(world.alpha.pk) == 200  # its lines, with their newlines
+    quota = world.alpha.quota
+    quota.storage_gib = 1
+    quota.save()
+    # A GiB of lines costs minutes to write: the store's count is read as it would say.
+    monkeypatch.setattr(notebooks, "tenant_log_bytes",
+                        lambda pk: 2**30 if pk == world.alpha.pk else 0)
+    with pytest.raises(ValidationError, match=r"job logs 1\.0 GiB"):
+        notebook_start(actor=world.alpha_member, tenant=world.alpha,
+                       queue=farm.queues["alpha"], name="explore")
+    assert notebook_start(actor=world.beta_member, tenant=world.beta,
+                          queue=farm.queues["beta"], name="explore")
+
+
 def test_rendered_manifests_name_the_session_secrets_but_never_show_them(farm, world):
     notebook = notebook_start(actor=world.alpha_member, tenant=world.alpha,
                               queue=farm.queues["alpha"], name="explore", image="lab:1")

@@ -55,6 +55,10 @@ class QuotaBriefSerializer(serializers.ModelSerializer):
         extra_kwargs = QUOTA_HELP
 
 
+LOG_RETENTION_HELP = ("Days the log store keeps the tenant's jobs' output (whole UTC days, "
+                      "default 30); counted against its storage quota.")
+
+
 class TenantSerializer(serializers.ModelSerializer):
     member_count = serializers.IntegerField(read_only=True)
     my_role = serializers.ChoiceField(choices=Role.choices, read_only=True, allow_null=True)
@@ -63,8 +67,8 @@ class TenantSerializer(serializers.ModelSerializer):
     class Meta:
         model = Tenant
         fields = [
-            "id", "name", "display_name", "description", "is_active", "member_count", "my_role",
-            "quota", "created_at", "updated_at",
+            "id", "name", "display_name", "description", "is_active", "log_retention_days",
+            "member_count", "my_role", "quota", "created_at", "updated_at",
         ]
 
 
@@ -76,12 +80,17 @@ class TenantCreateSerializer(serializers.Serializer):
     cpu_cores = serializers.IntegerField(min_value=0, default=0, help_text=CPU_QUOTA_HELP)
     memory_gib = serializers.IntegerField(min_value=0, default=0, help_text=MEMORY_QUOTA_HELP)
     storage_gib = serializers.IntegerField(min_value=0, default=0)
+    log_retention_days = serializers.IntegerField(
+        min_value=1, max_value=3650, required=False, help_text=LOG_RETENTION_HELP)
 
 
 class TenantUpdateSerializer(serializers.Serializer):
     display_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     description = serializers.CharField(required=False, allow_blank=True)
     is_active = serializers.BooleanField(required=False)
+    log_retention_days = serializers.IntegerField(
+        min_value=1, max_value=3650, required=False,
+        help_text=f"{LOG_RETENTION_HELP} Platform admins only.")
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -1,5 +1,5 @@
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from infra_os.choices import Role
@@ -27,6 +27,9 @@ class Tenant(TimeStampedModel):
     pricing_plan = models.ForeignKey("infra_os.PricingPlan", on_delete=models.PROTECT, null=True,
                                      blank=True, related_name="tenants",
                                      help_text="Empty: the default plan")
+    log_retention_days = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(3650)],
+        help_text="Days its jobs' output is kept in the log store (whole days).")
 
     class Meta:
         ordering = ["name"]

@@ -16,7 +16,10 @@ from infra_os.models import Membership, Quota, Tenant
 from infra_os.services.audit import audit_record
 from ogai.models import assign_changes
 
-TENANT_FIELDS = ("display_name", "description", "is_active")
+TENANT_FIELDS = ("display_name", "description", "is_active", "log_retention_days")
+# What only platform admins change: whether the tenant is active, and how long the log store
+# keeps its jobs' output (it counts against the storage the centre provides).
+OPERATOR_FIELDS = ("is_active", "log_retention_days")
 DIRECT_ADD_REFUSED = (
     "Tenant admins add people by invitation: invite them, and they join when they accept. "
     "Only a platform admin adds an account to a tenant directly."
@@ -38,9 +41,12 @@ def tenant_create(
     cpu_cores: int = 0,
     memory_gib: int = 0,
     storage_gib: int = 0,
+    log_retention_days: int | None = None,
 ) -> Tenant:
     require_platform_admin(actor)
     tenant = Tenant(name=name, display_name=display_name, description=description)
+    if log_retention_days is not None:
+        tenant.log_retention_days = log_retention_days
     _validated(tenant)
     tenant.save()
     quota = Quota(
@@ -51,7 +57,8 @@ def tenant_create(
     quota.save()
     audit_record(
         actor=actor, action="tenant.create", obj=tenant, tenant=tenant,
-        changes={"name": name, "gpus": gpus, "cpu_cores": cpu_cores},
+        changes={"name": name, "gpus": gpus, "cpu_cores": cpu_cores,
+                 "log_retention_days": tenant.log_retention_days},
     )
     return tenant
 
@@ -59,7 +66,7 @@ def tenant_create(
 @transaction.atomic
 def tenant_update(*, actor, tenant: Tenant, **fields) -> Tenant:
     require_role(actor, tenant, ADMIN_ROLES)
-    if "is_active" in fields:
+    if any(field in fields for field in OPERATOR_FIELDS):
         require_platform_admin(actor)
     changes = assign_changes(tenant, fields, allowed=TENANT_FIELDS)
     if changes:

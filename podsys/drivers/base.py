@@ -260,6 +260,30 @@ class ConnectionReport:
     details: dict = field(default_factory=dict)
 
 
+MAX_LOG_CHUNK_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """New lines of one replica's log from an offset on, for the log store's shipper: complete
+    lines only (a line still being written waits, unless the read is final), the offset to
+    read from next, and whether more was there than one chunk holds."""
+
+    lines: tuple[str, ...] = ()
+    offset: int = 0
+    more: bool = False
+
+
+def chunk_of_text(text: str, offset: int, final: bool) -> LogChunk:
+    """A chunk cut from a whole log, the offset counting lines (drivers that can read from
+    a byte offset do better)."""
+    lines = text.splitlines(keepends=True)[offset:]
+    if lines and not lines[-1].endswith("\n") and not final:
+        lines.pop()
+    return LogChunk(lines=tuple(line.rstrip("\r\n") for line in lines),
+                    offset=offset + len(lines))
+
+
 class ClusterDriver(ABC):
     unsupported: dict[str, str] = {}
     # Services share their node's network, and the node picks their port (SERVICE_PORT_ARG);
@@ -287,6 +311,13 @@ class ClusterDriver(ABC):
 
     @abstractmethod
     def logs(self, handle: str, *, tail: int | None = None, replica: int = 0) -> str: ...
+
+    def read_log(self, handle: str, *, replica: int, offset: int,
+                 final: bool = False) -> LogChunk:
+        """A replica's log from `offset` (this driver's own unit) on, as the shipper that feeds
+        the log store reads it. This default reads the whole log and counts lines; drivers
+        that keep logs in files read from a byte offset instead."""
+        return chunk_of_text(self.logs(handle, replica=replica), offset, final)
 
     def check_connection(self) -> ConnectionReport:
         """Can the platform reach the cluster, and what does it offer? Never raises."""

@@ -45,9 +45,11 @@ from podsys.drivers.base import (
     FEATURE_RAY,
     FEATURE_RDMA,
     FEATURE_SANDBOX,
+    MAX_LOG_CHUNK_BYTES,
     ClusterDriver,
     DriverError,
     EnvironmentInfo,
+    LogChunk,
     NodeInfo,
     Phase,
     ReplicaStatus,
@@ -222,6 +224,31 @@ def read_tail(path: Path, tail: int | None, block: int = 65536) -> str:
     with handle:
         data = handle.read() if tail is None else _read_back(handle, tail, block)
     return tail_lines(data.decode("utf-8", errors="replace"), tail)
+
+
+def read_log_file(path: Path, offset: int, final: bool,
+                  limit: int = MAX_LOG_CHUNK_BYTES) -> LogChunk:
+    """New complete lines of a log file from byte `offset` on (the last, unfinished line too
+    when `final`); a line longer than `limit` comes in pieces rather than never."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return LogChunk(offset=offset)
+    with handle:
+        handle.seek(offset)
+        data = handle.read(limit + 1)
+    more = len(data) > limit
+    data = data[:limit]
+    end = data.rfind(b"\n") + 1
+    if (more and end == 0) or (final and not more):
+        end = len(data)
+    if end == 0:
+        return LogChunk(offset=offset)
+    text = data[:end].decode("utf-8", errors="replace")
+    lines = tuple(line.rstrip("\r") for line in text.split("\n"))
+    if text.endswith("\n"):
+        lines = lines[:-1]
+    return LogChunk(lines=lines, offset=offset + end, more=more)
 
 
 def _read_back(handle: Any, tail: int, block: int) -> bytes:
@@ -907,6 +934,10 @@ class LocalDriver(ClusterDriver):
         if not 0 <= replica < len(state["replicas"]):
             raise DriverError(f"workload {handle} has no replica {replica}")
         return read_tail(self._folder(handle) / f"replica-{replica}.log", tail)
+
+    def read_log(self, handle: str, *, replica: int, offset: int,
+                 final: bool = False) -> LogChunk:
+        return read_log_file(self._folder(handle) / f"replica-{replica}.log", offset, final)
 
     def cleanup(self, now: float | None = None) -> int:
         """Delete the folders of finished health-check workloads a day after they ended."""

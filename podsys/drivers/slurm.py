@@ -44,6 +44,7 @@ from podsys.drivers.base import (
     ClusterDriver,
     ConnectionReport,
     DriverError,
+    LogChunk,
     NodeInfo,
     Phase,
     ReplicaStatus,
@@ -59,7 +60,13 @@ from podsys.drivers.common import (
     missing,
     summarize,
 )
-from podsys.drivers.local import _platform_pythonpath, read_json, read_tail, write_json
+from podsys.drivers.local import (
+    _platform_pythonpath,
+    read_json,
+    read_log_file,
+    read_tail,
+    write_json,
+)
 from podsys.drivers.slurm_cli import SlurmCli, SlurmJob, SlurmNode, expand_hostlist
 from podsys.drivers.slurm_data import (
     DATA_FOLDER,
@@ -598,6 +605,10 @@ class SlurmDriver(ClusterDriver):
         if not 0 <= replica < int(state["replicas"]):
             raise DriverError(f"workload {handle} has no replica {replica}")
         return read_tail(self._folder(handle) / f"replica-{replica}.log", tail)
+
+    def read_log(self, handle: str, *, replica: int, offset: int,
+                 final: bool = False) -> LogChunk:
+        return read_log_file(self._folder(handle) / f"replica-{replica}.log", offset, final)
 
     def endpoint(self, handle: str) -> str | None:
         """The running service's first rank at its node's address (Slurm's NodeAddr) and the
