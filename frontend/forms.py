@@ -41,7 +41,23 @@ class QuotaFieldsMixin(forms.Form):
     storage_gib = forms.IntegerField(label="Storage (GiB)", min_value=0, initial=0)
 
 
-class TenantCreateForm(QuotaFieldsMixin):
+def log_retention_field() -> forms.IntegerField:
+    # Not required: empty keeps what the tenant has (30 days for a new one).
+    return forms.IntegerField(
+        label="Log retention (days)", min_value=1, max_value=3650, initial=30, required=False,
+        help_text="How long the log store keeps its jobs' output: 1 to 3650 whole days. What "
+        "it keeps counts against the storage quota.")
+
+
+class LogRetentionMixin:
+    def clean(self):
+        data = super().clean()
+        if data.get("log_retention_days") is None:
+            data.pop("log_retention_days", None)
+        return data
+
+
+class TenantCreateForm(LogRetentionMixin, QuotaFieldsMixin):
     name = forms.CharField(
         max_length=63, validators=[slug_validator],
         help_text="Lowercase letters, digits and hyphens; it becomes a Kubernetes namespace.",
@@ -49,23 +65,27 @@ class TenantCreateForm(QuotaFieldsMixin):
     display_name = forms.CharField(max_length=200, required=False)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
 
+    log_retention_days = log_retention_field()
+
     field_order = ["name", "display_name", "description", "gpus", "cpu_cores", "memory_gib",
-                   "storage_gib"]
+                   "storage_gib", "log_retention_days"]
 
 
-class TenantUpdateForm(forms.Form):
+class TenantUpdateForm(LogRetentionMixin, forms.Form):
     display_name = forms.CharField(max_length=200, required=False)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
     is_active = forms.BooleanField(
         required=False, label="Active",
         help_text="An inactive tenant disappears from its members' switcher.",
     )
+    log_retention_days = log_retention_field()
 
     def __init__(self, *args, platform_admin: bool, **kwargs):
         super().__init__(*args, **kwargs)
         if not platform_admin:
-            # Only platform admins (de)activate tenants.
+            # Only platform admins (de)activate tenants and say how long their logs are kept.
             del self.fields["is_active"]
+            del self.fields["log_retention_days"]
 
 
 class MemberAddForm(forms.Form):

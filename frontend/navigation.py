@@ -88,6 +88,7 @@ SECTIONS = (
     )),
     NavSection("Jobs", "L2", (
         NavItem("Jobs", "frontend:jobs", ("frontend:job", "frontend:job-submit")),
+        NavItem("Logs", "frontend:logs"),
         NavItem("Queues", "frontend:queues",
                 ("frontend:queue", "frontend:queue-create", "frontend:queue-edit")),
         NavItem("Notebooks", "frontend:notebooks",

@@ -34,6 +34,7 @@ class TenantTable(ConsoleTable):
     member_count = tables.Column(verbose_name="Members", attrs={"td": {"class": "num"}})
     gpus = tables.Column(accessor="quota__gpus", verbose_name="GPU quota",
                          attrs={"td": {"class": "num"}})
+    log_retention_days = tables.Column(verbose_name="Logs kept", attrs={"td": {"class": "num"}})
     my_role = tables.Column(verbose_name="Your role")
     is_active = tables.Column(verbose_name="Status")
     actions = tables.TemplateColumn(
@@ -43,9 +44,12 @@ class TenantTable(ConsoleTable):
 
     class Meta(ConsoleTable.Meta):
         model = Tenant
-        fields = ("name", "display_name", "description", "member_count", "gpus", "my_role",
-                  "is_active")
+        fields = ("name", "display_name", "description", "member_count", "gpus",
+                  "log_retention_days", "my_role", "is_active")
         empty_text = "No tenants match."
+
+    def render_log_retention_days(self, value):
+        return f"{value} day{'s' if value != 1 else ''}"
 
     def render_my_role(self, value):
         return _badge(Role(value).label, ROLE_TONES[Role(value)])

@@ -14,6 +14,7 @@ from frontend.views import (
     invitations,
     jobs,
     leases,
+    logs,
     members,
     models,
     node_health,
@@ -109,6 +110,8 @@ urlpatterns = [
     path("jobs/<int:pk>/", jobs.job_detail_view, name="job"),
     path("jobs/<int:pk>/cancel/", jobs.job_cancel_view, name="job-cancel"),
     path("jobs/<int:pk>/rerun/", jobs.job_rerun_view, name="job-rerun"),
+    # Every job's output (and, for platform admins, the platform's own lines), searched.
+    path("logs/", logs.logs, name="logs"),
     # /notebooks/<id>/ is the notebook server itself (the proxy): the console's pages for
     # notebooks live under /environments/.
     path("environments/", notebooks.notebooks, name="notebooks"),

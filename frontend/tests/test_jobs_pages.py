@@ -76,7 +76,8 @@ def test_navigation_lists_clusters_jobs_and_queues(signed_in, farm):
     sections = {section.label: [(link.label, link.active) for link in section.links]
                 for section in response.context["nav_sections"]}
     assert sections["Clusters"] == [("Clusters", False)]
-    assert sections["Jobs"] == [("Jobs", True), ("Queues", False), ("Notebooks", False)]
+    assert sections["Jobs"] == [("Jobs", True), ("Logs", False), ("Queues", False),
+                                ("Notebooks", False)]
     assert sections["Toolchain"] == [("Datasets", False), ("Pipelines", False),
                                      ("Training", False)]
 

@@ -100,3 +100,34 @@ def test_the_quota_form_and_page_say_that_0_cores_and_0_gib_mean_no_limit(signed
     quota_update(actor=world.operator, quota=world.alpha.quota, cpu_cores=0, memory_gib=0)
     page = signed_in(world.alpha_member).get(reverse("frontend:quotas")).content.decode()
     assert page.count("no limit") == 3  # CPU cores, memory and RDMA devices
+
+
+def test_platform_admin_sets_how_long_a_tenants_logs_are_kept(signed_in, world):
+    client = signed_in(world.operator, world.alpha)
+    response = client.post(reverse("frontend:tenant-create"), {
+        "name": "gamma", "gpus": "0", "cpu_cores": "0", "memory_gib": "0", "storage_gib": "0",
+        "log_retention_days": "90",
+    })
+    assert response.status_code == 302
+    assert Tenant.objects.get(name="gamma").log_retention_days == 90
+    url = reverse("frontend:tenant-edit", args=["alpha"])
+    assert client.get(url).context["form"].initial["log_retention_days"] == 30
+    refused = client.post(url, {"display_name": "A", "is_active": "on",
+                                "log_retention_days": "3651"})
+    assert refused.status_code == 200
+    assert "log_retention_days" in refused.context["form"].errors
+    assert client.post(url, {"display_name": "A", "is_active": "on",
+                             "log_retention_days": "7"}).status_code == 302
+    world.alpha.refresh_from_db()
+    assert world.alpha.log_retention_days == 7
+    listing = client.get(reverse("frontend:tenants")).content.decode()
+    assert "Logs kept" in listing and "7 days" in listing
+
+
+def test_tenant_admins_cannot_change_log_retention(signed_in, world):
+    client = signed_in(world.alpha_admin)
+    url = reverse("frontend:tenant-edit", args=["alpha"])
+    assert "log_retention_days" not in client.get(url).context["form"].fields
+    client.post(url, {"display_name": "Alpha", "log_retention_days": "3650"})
+    world.alpha.refresh_from_db()
+    assert world.alpha.log_retention_days == 30

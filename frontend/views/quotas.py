@@ -4,6 +4,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.shortcuts import redirect, render
 
+from aistation.logstore.base import StoreDown
+from aistation.selectors_logs import tenant_log_bytes
 from frontend.access import console_access, current_tenant
 from frontend.forms import QuotaForm, add_service_errors
 from frontend.lists import list_response
@@ -19,10 +21,25 @@ def _current_quotas(request):
     return queryset.filter(tenant_id=tenant.pk) if tenant else queryset.none()
 
 
+def _log_usage(quota) -> tuple[int | None, float | None]:
+    """What the tenant's lines in the log store take (None: the store cannot say now), and
+    that as a percentage of its storage quota (None without a quota to compare with)."""
+    if quota is None:
+        return None, None
+    try:
+        used = tenant_log_bytes(quota.tenant_id)
+    except StoreDown:
+        return None, None
+    if not quota.storage_gib:
+        return used, None
+    return used, 100 * used / (quota.storage_gib * 2**30)
+
+
 @login_required
 def quotas(request):
     queryset = _current_quotas(request)
     quota = queryset.first()
+    log_bytes, log_percent = _log_usage(quota)
     return list_response(
         request,
         template="frontend/quotas/list.html",
@@ -31,7 +48,8 @@ def quotas(request):
         filterset_class=QuotaFilterSet,
         hidden_filters=("tenant",),
         context={"quota": quota,
-                 "gpu_limits": gpu_limits_text(quota.gpu_model_limits) if quota else ""},
+                 "gpu_limits": gpu_limits_text(quota.gpu_model_limits) if quota else "",
+                 "log_bytes": log_bytes, "log_percent": log_percent},
     )
 
 

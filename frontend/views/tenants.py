@@ -53,7 +53,7 @@ def tenant_edit(request, name: str):
     if not (access.platform_admin or tenant.my_role == Role.ADMIN):
         raise PermissionDenied("Only a tenant admin can edit the tenant.")
     initial = {"display_name": tenant.display_name, "description": tenant.description,
-               "is_active": tenant.is_active}
+               "is_active": tenant.is_active, "log_retention_days": tenant.log_retention_days}
     form = TenantUpdateForm(request.POST or None, initial=initial,
                             platform_admin=access.platform_admin)
     if request.method == "POST" and form.is_valid():
