@@ -759,6 +759,15 @@ def _interval(text: str) -> float:
     return value
 
 
+# The helpers the command groups' own modules build on, by their public names (a module does not
+# reach for another's underscored names; ylink, mmodel and podsys still do, until they move).
+about_job = _about_job
+job_id = _job_id
+positive_int = _positive_int
+print_json = _print_json
+when = _when
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="ogai", description="The command line of OGAI.")
     parser.add_argument("--version", action="version", version=f"ogai {__version__}")
@@ -890,12 +899,14 @@ def build_parser() -> ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the API's JSON")
 
     # YLink (`dataset`, `pipeline`, `train`), MModel (`model`, `benchmark`, `eval`, `deploy`,
-    # `chat`) and PODsys (`node`, `stack`) live in their own modules, which build on this one.
-    from ogai_client import mmodel, podsys, ylink
+    # `chat`), PODsys (`node`, `stack`) and the log search (`logs`) live in their own modules,
+    # which build on this one.
+    from ogai_client import logs_cli, mmodel, podsys, ylink
 
     ylink.add_commands(commands, command)
     mmodel.add_commands(commands, command)
     podsys.add_commands(commands, command)
+    logs_cli.add_commands(commands, command)
     return parser
 
 

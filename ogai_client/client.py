@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
@@ -45,6 +46,9 @@ from ogai_client.models import (
     Job,
     JobLogs,
     LeaderboardRow,
+    LogAround,
+    LogHistogram,
+    LogSearchResult,
     Model,
     ModelImport,
     ModelVersion,
@@ -70,6 +74,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 R = TypeVar("R", PipelineRun, TrainingRun)
+# A moment for the log search: "7d", "24h", "30m", "90s", "2w" ago, ISO 8601, or a datetime or
+# a timedelta (that long ago).
+Moment = str | datetime | timedelta
 
 INFRA = "/api/v1/infra-os"
 AISTATION = "/api/v1/aistation"
@@ -398,6 +405,58 @@ class OgaiClient:
                 raise OgaiError("timeout", f"job {job_id} is still {job.state} after "
                                 f"{timeout_s:g} s")
             time.sleep(poll_s)
+
+    # -- the log store ----------------------------------------------------------------------
+
+    def log_search(self, q: str = "", *, job: int | None = None, attempt: int | None = None,
+                   replica: int | None = None, level: str | None = None,
+                   source: str | None = None, request_id: str | None = None,
+                   since: Moment | None = None, until: Moment | None = None,
+                   after: int | None = None, limit: int = 100) -> LogSearchResult:
+        """Lines of your jobs' output (platform admins: every job's, and the platform's own)
+        with every word and "quoted phrase" of `q`, newest first; with `after` (a line's id),
+        the lines after it, oldest first, for a live tail.
+
+        `level`: debug, info, warning, error or critical; `source`: job (jobs' output), web,
+        worker or beat (the platform's); `since`/`until`: "7d", "24h", "30m", "90s" or "2w"
+        ago, ISO 8601 text (UTC unless it names a zone, as the API reads it), a datetime (a
+        naive one is local time) or a timedelta (that long ago). `limit`: at most 1000;
+        `.more` says it was reached. A job you cannot see raises OgaiError "not_found"."""
+        params = _log_filters(q, job=job, attempt=attempt, replica=replica, level=level,
+                              source=source, request_id=request_id, since=since, until=until)
+        if after is not None:
+            params["after"] = int(after)
+        params["limit"] = int(limit)
+        return LogSearchResult.from_api(self._request("GET", f"{AISTATION}/logs/",
+                                                      params=params))
+
+    def log_histogram(self, q: str = "", *, job: int | None = None,
+                      attempt: int | None = None, replica: int | None = None,
+                      level: str | None = None, source: str | None = None,
+                      request_id: str | None = None, since: Moment | None = None,
+                      until: Moment | None = None, buckets: int = 60) -> LogHistogram:
+        """How many lines match (the filters of `log_search`) per time bucket, `buckets` of
+        them (at most 500) between `since` (default a day before `until`) and `until`
+        (default now)."""
+        params = _log_filters(q, job=job, attempt=attempt, replica=replica, level=level,
+                              source=source, request_id=request_id, since=since, until=until)
+        params["buckets"] = int(buckets)
+        return LogHistogram.from_api(self._request("GET", f"{AISTATION}/logs/histogram/",
+                                                   params=params))
+
+    def log_around(self, job: int, *, line: int, attempt: int | None = None, replica: int = 0,
+                   context: int = 100, q: str = "") -> LogAround:
+        """The `context` lines (at most 1000) before and after line `line` of one replica's
+        log of a job's attempt (default: the newest), in order; the words of `q` are
+        highlighted."""
+        params: dict[str, Any] = {"job": int(job), "line": int(line), "replica": int(replica),
+                                  "context": int(context)}
+        if attempt is not None:
+            params["attempt"] = int(attempt)
+        if q:
+            params["q"] = q
+        return LogAround.from_api(self._request("GET", f"{AISTATION}/logs/around/",
+                                                params=params))
 
     # -- working folders --------------------------------------------------------------------
 
@@ -1257,6 +1316,27 @@ class OgaiClient:
                 raise OgaiError("timeout", f"{what} is still {item.state} after "
                                 f"{timeout_s:g} s")
             time.sleep(poll_s)
+
+
+def _moment(value: Moment) -> str:
+    """A time for the log API: text as given ("7d", ISO 8601), a datetime as ISO 8601 (a
+    naive one taken as local time), a timedelta as the moment that long ago."""
+    if isinstance(value, timedelta):
+        return (datetime.now(UTC) - value).isoformat()
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.astimezone()).isoformat()
+    return str(value).strip()
+
+
+def _log_filters(q: str, *, job: int | None, attempt: int | None, replica: int | None,
+                 level: str | None, source: str | None, request_id: str | None,
+                 since: Moment | None, until: Moment | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"q": q or None, "job": job, "attempt": attempt,
+                              "replica": replica, "level": level or None,
+                              "source": source or None, "request_id": request_id or None,
+                              "since": None if since is None else _moment(since),
+                              "until": None if until is None else _moment(until)}
+    return {name: value for name, value in params.items() if value is not None}
 
 
 def _one_named(rows: Iterable[Any], name: str, what: str) -> Any:

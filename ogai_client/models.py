@@ -1369,3 +1369,127 @@ class DeploymentGrid:
         return cls(tasks=[t for t in data.get("tasks") or [] if isinstance(t, dict)],
                    hosts=[GridHost.from_api(h) for h in data.get("hosts") or []
                           if isinstance(h, dict)], raw=data)
+
+
+# -- the log store: search, histogram, around ---------------------------------------------------
+
+def _optional_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
+
+
+def _spans(value: Any) -> list[tuple[int, int]]:
+    return [(int(span[0]), int(span[1])) for span in value or []
+            if isinstance(span, list | tuple) and len(span) == 2
+            and all(isinstance(end, int) and not isinstance(end, bool) for end in span)]
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of the log store. A job's output names its `job`, `attempt`, `replica` and its
+    `line` number in that replica's log; the platform's own lines (`source` web, worker or beat,
+    for platform admins) name a `request_id` and carry their `context` as JSON text.
+    `highlights`: the [start, end) spans of `message` that matched the words searched for."""
+
+    id: int
+    ts: datetime | None
+    message: str
+    tenant: int | None = None
+    job: int | None = None
+    attempt: int | None = None
+    replica: int | None = None
+    line: int | None = None
+    stream: str = ""
+    level: str = ""
+    source: str = ""
+    request_id: str = ""
+    context: str = ""
+    highlights: list[tuple[int, int]] = field(default_factory=list)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_job_output(self) -> bool:
+        return self.job is not None
+
+    @classmethod
+    def from_api(cls, data: dict) -> LogLine:
+        return cls(
+            id=_int(data.get("id")), ts=parse_time(data.get("ts")),
+            message=data.get("message") or "", tenant=_optional_int(data.get("tenant")),
+            job=_optional_int(data.get("job")), attempt=_optional_int(data.get("attempt")),
+            replica=_optional_int(data.get("replica")), line=_optional_int(data.get("line")),
+            stream=data.get("stream") or "", level=data.get("level") or "",
+            source=data.get("source") or "", request_id=data.get("request_id") or "",
+            context=data.get("context") or "", highlights=_spans(data.get("highlights")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class LogSearchResult:
+    """The lines a search found: newest first, or, when asked for the lines `after` an id,
+    oldest first. `more`: the `limit` was reached, so there may be more (narrow the time, or
+    page on with `until`/`after`)."""
+
+    results: list[LogLine] = field(default_factory=list)
+    limit: int = 0
+    more: bool = False
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> LogSearchResult:
+        return cls(results=[LogLine.from_api(line) for line in data.get("results") or []
+                            if isinstance(line, dict)],
+                   limit=_int(data.get("limit")), more=bool(data.get("more")), raw=data)
+
+
+@dataclass(frozen=True)
+class LogBucket:
+    """How many lines matched from `start` for the histogram's `bucket_seconds`."""
+
+    start: datetime | None
+    count: int = 0
+
+    @classmethod
+    def from_api(cls, data: dict) -> LogBucket:
+        return cls(start=parse_time(data.get("start")), count=_int(data.get("count")))
+
+
+@dataclass(frozen=True)
+class LogHistogram:
+    """How many lines match a search, per bucket of time between `since` and `until`."""
+
+    since: datetime | None
+    until: datetime | None
+    bucket_seconds: float = 0.0
+    buckets: list[LogBucket] = field(default_factory=list)
+    total: int = 0
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> LogHistogram:
+        return cls(since=parse_time(data.get("since")), until=parse_time(data.get("until")),
+                   bucket_seconds=_float(data.get("bucket_seconds")) or 0.0,
+                   buckets=[LogBucket.from_api(b) for b in data.get("buckets") or []
+                            if isinstance(b, dict)],
+                   total=_int(data.get("total")), raw=data)
+
+
+@dataclass(frozen=True)
+class LogAround:
+    """The lines before and after `line` of one replica's log of one attempt of a job, in
+    order; `attempt` is None when the job has not started (then there are no lines)."""
+
+    job: int
+    attempt: int | None
+    replica: int
+    line: int
+    lines: list[LogLine] = field(default_factory=list)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict) -> LogAround:
+        return cls(job=_int(data.get("job")), attempt=_optional_int(data.get("attempt")),
+                   replica=_int(data.get("replica")), line=_int(data.get("line")),
+                   lines=[LogLine.from_api(line) for line in data.get("lines") or []
+                          if isinstance(line, dict)], raw=data)
