@@ -560,7 +560,7 @@ class Search:
     store_hits: int = 0
     grep_lines: int = 0
     grep_matching: int = 0  # grep's lines matching by the store's rules, counted to LIMIT
-    sql: tuple = ("", [])  # the statement the store ran
+    sql: tuple = ("", [], ())  # the statement the store ran, and the settings before it
     plan: str = ""  # generic or custom (PostgreSQL's plan cache), or unprepared
     custom_ms: float = 0.0  # the second pass: custom plans forced
 
@@ -641,8 +641,10 @@ def explain(conninfo: str, search: Search, generic: bool) -> str:
     """The plan of the very statement the store ran for this search, run again: its generic
     plan (PREPARE, EXPLAIN EXECUTE under plan_cache_mode=force_generic_plan) when the store's
     connection used one, else the plan for these values."""
-    sql, params = search.sql
+    sql, params, hints = search.sql
     with psycopg.connect(conninfo, autocommit=True) as db:
+        for hint in hints:  # the planner settings the store ran it with
+            db.execute(hint.replace("SET LOCAL", "SET"))
         if generic:
             parts = sql.split("%s")
             numbered = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
@@ -661,14 +663,14 @@ def record_statements(store: PostgresLogStore):
     it later (the store's private `_run`, wrapped on this one instance); and a function giving
     the generic and custom plans PostgreSQL has used for this connection's prepared statements
     (psycopg prepares a statement it has run 5 times)."""
-    last: list = [("", [])]
+    last: list = [("", [], ())]
     run = getattr(store, "_run", None)
     if run is None:
         return last, lambda: (0, 0)
 
-    def recording(sql: str, params=()):
-        last[0] = (sql, list(params))
-        return run(sql, params)
+    def recording(sql: str, params=(), hints=()):
+        last[0] = (sql, list(params), tuple(hints))
+        return run(sql, params, hints)
 
     def plans() -> tuple[int, int]:
         return tuple(run("SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)"

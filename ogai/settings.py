@@ -320,7 +320,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
                              "schedule": float(env_str("OGAI_METRICS_INTERVAL_S", "30"))},
     "run-health-checks": {"task": "podsys.run_health_checks", "schedule": 30.0},
     "sweep-deployment-runs": {"task": "podsys.sweep_deployment_runs", "schedule": 60.0},
-    "ship-logs": {"task": "aistation.logs_ship", "schedule": OGAI_LOGS_SHIP_INTERVAL_S},
+    # A pass not started soon is dropped: the next one reads the same lines.
+    "ship-logs": {"task": "aistation.logs_ship", "schedule": OGAI_LOGS_SHIP_INTERVAL_S,
+                  "options": {"expires": max(10.0, 5 * OGAI_LOGS_SHIP_INTERVAL_S)}},
     "expire-logs": {"task": "aistation.logs_expire", "schedule": 3600.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")

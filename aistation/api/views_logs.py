@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from aistation.api import serializers_logs as s
 from aistation.logstore.base import LogQuery, Scope, StoreDown
 from aistation.selectors_logs import log_around, log_histogram, log_search, visible_job
+from ogai.api.schema import OneObjectListSchema
 
 
 class LogStoreUnavailable(APIException):
@@ -40,6 +41,8 @@ def _params(serializer_class, request):
 class LogViewSet(viewsets.ViewSet):
     """Every job's output and the platform's own lines, searched inside what the caller may
     see: a tenant's members its jobs' lines, platform admins everything."""
+
+    schema = OneObjectListSchema()
 
     @extend_schema(parameters=[s.LogSearchParamsSerializer],
                    responses=s.LogSearchSerializer)

@@ -18,13 +18,14 @@ transaction: a batch is kept whole or not at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from aistation.logstore.base import Cursor, DayUsage, Expired, LogLine, LogQuery, StoreDown
-from aistation.logstore.sql import SqlLogStore, day_usage
+from aistation.logstore.sql import SqlLogStore, day_usage, filters_sql
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS log_line (
@@ -58,15 +59,16 @@ def partition_name(day: date) -> str:
     return f"log_line_p{day:%Y%m%d}"
 
 
+def _by_job_lexeme(query: LogQuery) -> bool:
+    return bool(query.phrases) and query.job_id is not None and query.after_id is None
+
+
 def tsquery(query: LogQuery) -> str:
     # Words are letters and digits only (query.parse): nothing in them needs quoting.
     text = " & ".join("(" + " <-> ".join(f"'{word}'" for word in phrase) + ")"
                       for phrase in query.phrases)
     if query.job_id is not None:
-        # No query word has an @: only the job's lines. With the job_id condition beside it,
-        # the planner ANDs the job's btree bitmap with this; without it, it misjudged how
-        # many lines a common word has in one job and walked millions of rows.
-        text += f" & '@j{query.job_id}'"
+        text += f" & '@j{query.job_id}'"  # no query word has an @: only the job's lines
     return text
 
 
@@ -108,10 +110,12 @@ class PostgresLogStore(SqlLogStore):
             self._remember(db)
         return db
 
-    def _run(self, sql: str, params: Sequence = ()) -> list[tuple]:
+    def _run(self, sql: str, params: Sequence = (), hints: Sequence[str] = ()) -> list[tuple]:
         db = self._db()
         try:
             with db.transaction():
+                for hint in hints:
+                    db.execute(hint)
                 cursor = db.execute(sql, list(params))
                 return cursor.fetchall() if cursor.description else []
         except psycopg.OperationalError as exc:
@@ -164,6 +168,21 @@ class PostgresLogStore(SqlLogStore):
 
     def _match(self, query: LogQuery) -> tuple[str, list]:
         return "tsv @@ %s::tsquery", [tsquery(query)]
+
+    def _where(self, query: LogQuery) -> tuple[str, list]:
+        if not _by_job_lexeme(query):
+            return super()._where(query)
+        # The tsquery holds the job's lexeme: no job_id condition beside it, whose bitmap of
+        # every line of the job the planner would AND with the GIN index's.
+        clauses, params = filters_sql(replace(query, job_id=None), as_epoch=False)
+        clause, more = self._match(query)
+        return " AND ".join([*clauses, clause]), params + more
+
+    def _hints(self, query: LogQuery) -> tuple[str, ...]:
+        # A word common in the tenant but not in the job had the planner walk the tenant's
+        # time index for the job's newest hits, reading millions of lines: a job's hits are
+        # found through the GIN index alone (its lexeme and the words), then sorted.
+        return ("SET LOCAL enable_indexscan = off",) if _by_job_lexeme(query) else ()
 
 
     # Retention ------------------------------------------------------------------------------

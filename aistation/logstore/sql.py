@@ -107,7 +107,12 @@ class SqlLogStore(LogStore):
             self._all.append(db)
 
     @abstractmethod
-    def _run(self, sql: str, params: Sequence = ()) -> list[tuple]: ...
+    def _run(self, sql: str, params: Sequence = (), hints: Sequence[str] = ()) -> list[tuple]:
+        """Run one statement in its own transaction; `hints` are statements run before it in
+        that transaction (planner settings), where the backend has any."""
+
+    def _hints(self, query: LogQuery) -> tuple[str, ...]:
+        return ()
 
     @abstractmethod
     def _match(self, query: LogQuery) -> tuple[str, list]:
@@ -141,7 +146,7 @@ class SqlLogStore(LogStore):
         where, params = self._where(query)
         order = "id" if query.after_id is not None else "ts DESC, id DESC"
         rows = self._run(f"SELECT {COLUMNS} FROM log_line WHERE {where} ORDER BY {order} "
-                         f"LIMIT %s", [*params, min(query.limit, MAX_LIMIT)])
+                         f"LIMIT %s", [*params, min(query.limit, MAX_LIMIT)], self._hints(query))
         return [stored_line(row) for row in rows]
 
     def histogram(self, query: LogQuery, since: datetime, until: datetime,

@@ -64,7 +64,7 @@ class SqliteLogStore(SqlLogStore):
             self._remember(db)
         return db
 
-    def _run(self, sql: str, params: Sequence = ()) -> list[tuple]:
+    def _run(self, sql: str, params: Sequence = (), hints: Sequence[str] = ()) -> list[tuple]:
         try:
             return self._db().execute(sql.replace("%s", "?"), list(params)).fetchall()
         except sqlite3.OperationalError as exc:

@@ -55,6 +55,13 @@ class AutoSchema(openapi.AutoSchema):
         return super()._map_serializer_field(field, direction, bypass_extensions)
 
 
+class OneObjectListSchema(AutoSchema):
+    """For a viewset whose `list` answers one object (results and more), not a list."""
+
+    def _is_list_view(self, serializer=None) -> bool:
+        return False
+
+
 def _through_nullable_column(field) -> bool:
     """Whether the field's source crosses a nullable column of its serializer's model."""
     if isinstance(field, serializers.ManyRelatedField | serializers.ListSerializer):
