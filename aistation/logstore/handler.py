@@ -42,7 +42,7 @@ def platform_line(record: logging.LogRecord) -> LogLine:
     return LogLine(
         ts=datetime.fromtimestamp(record.created, UTC), message=message_of(record),
         job_id=job if isinstance(job, int) else None, level=record.levelname.lower(),
-        source=process_role(), stream="platform",
+        source=platform_buffer().source, stream="platform",
         request_id=str(context.pop("request_id", "")),
         context=json.dumps({"logger": record.name, **context}, default=str))
 

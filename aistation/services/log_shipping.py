@@ -69,17 +69,20 @@ def logs_ship(*, batch_lines: int = BATCH_LINES) -> ShipReport:
     cursors = store.cursors(keys)
     now = timezone.now()
     pending: dict[str, tuple[list[LogLine], Cursor]] = {}
+    pending_lines = 0
     done: list[int] = []
     drivers: dict[int, ClusterDriver] = {}
 
     def flush() -> None:
+        nonlocal pending_lines
         store_pending(store, pending)
         if done:
             Attempt.objects.filter(pk__in=done).update(logs_shipped=True)
-        report.lines += sum(len(found) for found, _cursor in pending.values())
+        report.lines += pending_lines
         report.attempts_done.extend(done)
         pending.clear()
         done.clear()
+        pending_lines = 0
 
     for attempt in attempts:
         ended = attempt.state not in LIVE_ATTEMPT_STATES
@@ -101,6 +104,7 @@ def logs_ship(*, batch_lines: int = BATCH_LINES) -> ShipReport:
                              line_no=at.line_no + index, level=line_level(text))
                      for index, text in enumerate(chunk.lines, start=1)],
                     Cursor(offset=chunk.offset, line_no=at.line_no + len(chunk.lines)))
+                pending_lines += len(chunk.lines)
         except DriverError as exc:
             report.errors.append(f"job {attempt.job_id} attempt {attempt.number}: {exc}")
             finished = attempt.finished_at or attempt.created_at
@@ -111,7 +115,7 @@ def logs_ship(*, batch_lines: int = BATCH_LINES) -> ShipReport:
                                attempt.number, exc, extra={"job": attempt.job_id})
         if complete:
             done.append(attempt.pk)
-        if sum(len(found) for found, _cursor in pending.values()) >= batch_lines:
+        if pending_lines >= batch_lines:
             flush()
     flush()
     return report
