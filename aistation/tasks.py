@@ -12,6 +12,7 @@ from aistation.services.attempts import attempt_stop
 from aistation.services.autoscale import fleet_autoscale, fleet_pools
 from aistation.services.fleets import fleet_redispatch
 from aistation.services.log_retention import logs_expire as expire_logs
+from aistation.services.log_retention import logs_maintain
 from aistation.services.log_shipping import logs_ship as ship_logs
 from aistation.services.notebooks import notebook_cull
 from aistation.services.reconcile import reconcile_cluster
@@ -103,5 +104,7 @@ def logs_ship() -> int:
 @shared_task(name="aistation.logs_expire", queue="cluster", time_limit=1800,
              soft_time_limit=1700, ignore_result=True)
 def logs_expire() -> int:
-    """Drop the log store's days past each tenant's retention."""
-    return expire_logs().lines
+    """Drop the log store's days past each tenant's retention, then its upkeep."""
+    lines = expire_logs().lines
+    logs_maintain()
+    return lines

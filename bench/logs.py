@@ -33,7 +33,14 @@ touch more pages here than they would there.
 Then `ANALYZE log_line` (the server here runs with autovacuum off; in production autovacuum
 would analyze, and also flush the GIN indexes' pending lists, which ANALYZE does not: their
 size is printed), and one untimed read of every file and, with `pg_prewarm` in `read` mode,
-of every partition and index, so that both sides run from the page cache.
+of every partition and index, so that both sides run from the page cache. The 200 searches
+run once through the store as the ingest left it (`before_upkeep_ms_p50`/`_p95`: every GIN
+search reads each partition's pending list, up to the index's 4 MB, through), then the
+store's upkeep runs (`LogStore.maintain`, which the hourly retention task runs: pending lists
+merged into the indexes, partitions analyzed; `upkeep_s`), the partitions are read into the
+cache again, and the timed pass below runs: three days of lines arrive here in minutes, where
+the platform would have run its upkeep some 70 times over them, leaving only the current
+day's pending list unmerged.
 
 Searches: 200 (`--searches`), 50 of each kind, terms drawn with the seed: a single word (`NCCL`,
 `Traceback`, `checkpoint`, `OutOfMemoryError`, `nan`, …), a quoted phrase (`"out of memory"`,
@@ -49,6 +56,10 @@ the store gives the newest 100 lines holding the words. As a check, each store a
 its query (words, job, window, newest first), and must hold as many lines as grep's output has
 lines matching by the store's rules (`query.matches`), up to the limit (the window kind
 excepted).
+
+A phrase search of common words first walks the tenant's newest lines (see
+`aistation/logstore/postgres.py`): `walk_answered` and `walk_missed` count the searches that
+walk answered and those it did not (the index then answered them).
 
 Each search also notes which plan PostgreSQL used on the store's connection. A prepared
 statement (psycopg prepares one it sees 5 times) may switch after 5 custom plans to one generic
@@ -104,7 +115,7 @@ django.setup()
 
 import psycopg  # noqa: E402
 
-from aistation.logstore.base import Cursor, LogLine, LogQuery, Scope  # noqa: E402
+from aistation.logstore.base import MAX_LIMIT, Cursor, LogLine, LogQuery, Scope  # noqa: E402
 from aistation.logstore.postgres import PostgresLogStore  # noqa: E402
 from aistation.logstore.query import matches, parse  # noqa: E402
 from aistation.services.log_shipping import cursor_key, line_level  # noqa: E402
@@ -563,6 +574,8 @@ class Search:
     sql: tuple = ("", [], ())  # the statement the store ran, and the settings before it
     plan: str = ""  # generic or custom (PostgreSQL's plan cache), or unprepared
     custom_ms: float = 0.0  # the second pass: custom plans forced
+    before_ms: float = 0.0  # the first pass, before the store's upkeep
+    walk: str = ""  # answered or missed when the store walked the newest lines first
 
     def query(self) -> LogQuery:
         return LogQuery(scope=Scope(tenant_ids=frozenset({TENANT})), phrases=parse(self.text),
@@ -681,6 +694,40 @@ def record_statements(store: PostgresLogStore):
     return last, plans
 
 
+def count_walks(store: PostgresLogStore) -> list[str]:
+    """Note, per search, whether the store walked the newest lines first and whether that
+    answered it (the store's private `_walk`, wrapped on this one instance)."""
+    seen: list[str] = []
+    walk = store._walk
+
+    def noting(query: LogQuery):
+        found = walk(query)
+        seen.append("answered" if len(found) >= min(query.limit, MAX_LIMIT) else "missed")
+        return found
+
+    store._walk = noting
+    return seen
+
+
+def gin_pending(db: psycopg.Connection, parts: list[str]) -> tuple[int, int]:
+    """Pages and entries in the partitions' GIN pending lists."""
+    return db.execute(
+        "SELECT coalesce(sum((pgstatginindex(i.indexrelid)).pending_pages), 0), "
+        "coalesce(sum((pgstatginindex(i.indexrelid)).pending_tuples), 0) "
+        "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'gin' "
+        "AND i.indrelid = ANY(%s::regclass[])", [parts]).fetchone()
+
+
+def warm(db: psycopg.Connection, parts: list[str]) -> None:
+    """Every partition and its indexes read into the page cache (pg_prewarm, read mode)."""
+    for part in parts:
+        for (rel,) in db.execute(
+                "SELECT %s::regclass UNION ALL SELECT indexrelid::regclass FROM pg_index "
+                "WHERE indrelid = %s::regclass", [part, part]).fetchall():
+            db.execute("SELECT pg_prewarm(%s, 'read')", [rel])
+
+
 # Main ---------------------------------------------------------------------------------------
 
 def fresh_database(server: str, name: str, drop_only: bool = False) -> None:
@@ -760,19 +807,10 @@ def main() -> None:
                 "WHERE inhparent = 'log_line'::regclass ORDER BY 1")]
             table_mb = sum(db.execute("SELECT pg_total_relation_size(%s)", [p]).fetchone()[0]
                            for p in parts) / 2**20
-            pending = db.execute(
-                "SELECT coalesce(sum((pgstatginindex(i.indexrelid)).pending_pages), 0), "
-                "coalesce(sum((pgstatginindex(i.indexrelid)).pending_tuples), 0) "
-                "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                "JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'gin' "
-                "AND i.indrelid = ANY(%s::regclass[])", [parts]).fetchone()
+            pending = gin_pending(db, parts)
             gin_pending_mb = pending[0] * 8192 / 2**20
             started = time.perf_counter()
-            for part in parts:
-                for (rel,) in db.execute(
-                        "SELECT %s::regclass UNION ALL SELECT indexrelid::regclass FROM pg_index "
-                        "WHERE indrelid = %s::regclass", [part, part]).fetchall():
-                    db.execute("SELECT pg_prewarm(%s, 'read')", [rel])
+            warm(db, parts)
             for path in root.rglob("*.log"):
                 path.read_bytes()
             warm_s = time.perf_counter() - started
@@ -782,6 +820,23 @@ def main() -> None:
 
         searches = plan_searches(random.Random(args.seed + 1),  # noqa: S311
                                  args.searches, plan)
+        # Before the store's upkeep (which the hourly retention task runs): every search
+        # reads the GIN pending lists the ingest left through. Store only, no grep.
+        for search in searches:
+            started = time.perf_counter()
+            store.search(search.query())
+            search.before_ms = (time.perf_counter() - started) * 1e3
+        before_all = [s.before_ms for s in searches]
+        started = time.perf_counter()
+        store.maintain()
+        upkeep_s = time.perf_counter() - started
+        with psycopg.connect(conninfo, autocommit=True) as db:
+            left = gin_pending(db, parts)[0] * 8192 / 2**20
+            warm(db, parts)
+        print(f"before the store's upkeep: searches p50 {percentile(before_all, 0.5):.1f} ms, "
+              f"p95 {percentile(before_all, 0.95):.1f} ms; upkeep (LogStore.maintain) took "
+              f"{upkeep_s:.1f} s and left {left:.1f} MB of pending lists", flush=True)
+        walked = count_walks(store)
         bad = []
         statement, plans = record_statements(store)
         busy_before, cpu_before, began = machine_busy_s(), own_cpu_s(), time.perf_counter()
@@ -790,8 +845,10 @@ def main() -> None:
         for search in searches:
             query = search.query()
             started = time.perf_counter()
+            walked.clear()
             found = store.search(query)
             search.store_ms = (time.perf_counter() - started) * 1e3
+            search.walk = walked[0] if walked else ""
             search.sql = statement[0]
             search.store_hits = len(found)
             generic, custom = counts
@@ -860,7 +917,8 @@ def main() -> None:
         slowest = sorted(searches, key=lambda s: -s.store_ms)
         for search in slowest[:12]:
             print(f"  {search.store_ms:8.1f} ms  {search.label()}  ({search.store_hits} hits, "
-                  f"{search.plan} plan, {search.custom_ms:.1f} ms with a custom plan; grep "
+                  f"{search.plan} plan{', walk ' + search.walk if search.walk else ''}, "
+                  f"{search.custom_ms:.1f} ms with a custom plan; grep "
                   f"{search.grep_ms:.0f} ms, {search.grep_lines:,} lines)")
         print("\nprepared statements on the search connection (generic/custom plans):")
         for text, generic, custom in prepared:
@@ -896,6 +954,11 @@ def main() -> None:
             **{f"grep_{kind}_ms_p50": round(grep, 1)
                for kind, (_m, _p, grep) in result_kinds.items()},
             "search_ms_max": round(max(store_all), 1),
+            "walk_answered": sum(s.walk == "answered" for s in searches),
+            "walk_missed": sum(s.walk == "missed" for s in searches),
+            "before_upkeep_ms_p50": round(percentile(before_all, 0.5), 2),
+            "before_upkeep_ms_p95": round(percentile(before_all, 0.95), 2),
+            "upkeep_s": round(upkeep_s, 1),
             "generic_plan_searches": sum(s.plan == "generic" for s in searches),
             "custom_plan_ms_p50": round(percentile(custom_all, 0.5), 2),
             "custom_plan_ms_p95": round(percentile(custom_all, 0.95), 2),

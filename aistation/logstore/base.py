@@ -145,5 +145,10 @@ class LogStore(ABC):
     def clear(self) -> None:
         """Remove every line, cursor and count (tests, and `manage.py logs_clear`)."""
 
+    def maintain(self) -> None:
+        """Upkeep the backend needs now and then to keep searches fast (the hourly retention
+        task runs it); nothing by default."""
+        return None
+
     def close(self) -> None:
         return None

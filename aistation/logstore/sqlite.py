@@ -126,6 +126,9 @@ class SqliteLogStore(SqlLogStore):
             expired.lines += cursor.rowcount
         return expired
 
+    def maintain(self) -> None:
+        self._run("PRAGMA optimize")  # statistics for the indexes the searches lean on
+
     def clear(self) -> None:
         for table in ("log_line", "log_cursor", "log_usage", "log_dropped"):
             self._run(f"DELETE FROM {table}")

@@ -3,6 +3,7 @@
 Day d of a tenant is removed once d is more than its retention before today (a line is kept
 at least that many full days). The platform's own lines, and lines of tenants since deleted,
 keep OGAI_LOGS_PLATFORM_RETENTION_DAYS. Partitions every tenant is done with are dropped.
+The same hourly task then runs the store's upkeep (`LogStore.maintain`).
 """
 
 from __future__ import annotations
@@ -36,3 +37,9 @@ def logs_expire(*, today: date | None = None) -> Expired:
         logger.info("log retention removed %s lines: %s tenant-days, %s whole days dropped",
                     expired.lines, len(expired.days), len(expired.partitions))
     return expired
+
+
+def logs_maintain() -> None:
+    """The store's upkeep that keeps searches fast (PostgreSQL: its GIN pending lists merged,
+    much-changed days analyzed)."""
+    get_store().maintain()

@@ -50,3 +50,14 @@ def test_only_platform_admins_set_the_retention(world, api):
     world.alpha.refresh_from_db()
     assert world.alpha.log_retention_days == 7
     assert timedelta(days=world.beta.log_retention_days) == timedelta(days=30)
+
+
+def test_the_hourly_task_expires_then_keeps_the_store_fast(world, log_store, monkeypatch):
+    from aistation import tasks
+
+    calls = []
+    monkeypatch.setattr(log_store, "maintain", lambda: calls.append("maintain"))
+    log_store.append([LogLine(ts=datetime.now(UTC) - timedelta(days=90), message="old",
+                              tenant_id=world.alpha.pk, job_id=1)])
+    assert tasks.logs_expire() == 1
+    assert calls == ["maintain"]

@@ -15,7 +15,7 @@ ALL = Scope(tenant_ids=None, platform=True)
 
 
 @pytest.fixture(params=["configured", "sqlite"])
-def store(request, tmp_path):
+def store(request, tmp_path, db):
     if request.param == "sqlite":
         found = SqliteLogStore(tmp_path / "logs.sqlite3")
         yield found
@@ -161,3 +161,64 @@ def test_a_job_scoped_search_keeps_to_the_job(store):
     assert [h.message for h in search(store, "NCCL WARN", job_id=10)] == ["NCCL WARN from 10"]
     assert [h.message for h in search(store, "", job_id=11)] == ["NCCL WARN from 11"]
     assert search(store, "j10", job_id=10) == []  # the store's own job lexeme is no word
+
+
+def test_upkeep_keeps_every_answer(store):
+    store.append([line(f"rank {i} Init COMPLETE", line_no=i, ts=NOW + timedelta(seconds=i))
+                  for i in range(1, 6)])
+    store.maintain()
+    store.append([line("rank 6 Init COMPLETE", line_no=6, ts=NOW + timedelta(seconds=6))])
+    assert [h.line_no for h in search(store, '"Init COMPLETE"', limit=3)] == [6, 5, 4]
+
+
+def postgres_store(store):
+    from aistation.logstore.postgres import PostgresLogStore
+
+    if not isinstance(store, PostgresLogStore):
+        pytest.skip("the tests' database is not PostgreSQL")
+    return store
+
+
+def test_postgres_upkeep_merges_pending_index_entries_and_learns_the_words(store):
+    store = postgres_store(store)
+    store.append([line(f"rank {i} Init COMPLETE", line_no=i) for i in range(1, 301)])
+    store.maintain()
+    indexes = store._run(
+        "SELECT i.indexrelid::regclass::text FROM pg_inherits p JOIN pg_index i "
+        "ON i.indrelid = p.inhrelid WHERE p.inhparent = 'log_line'::regclass "
+        "AND i.indexrelid::regclass::text LIKE '%%tsv%%'")
+    assert indexes
+    for (index,) in indexes:  # nothing left for a search to read through unindexed
+        assert store._run("SELECT gin_clean_pending_list(%s::regclass)", [index]) == [(0,)]
+    assert store._word_frequencies()["complete"] == pytest.approx(1.0)
+
+
+def test_postgres_phrase_of_common_words_walks_the_newest_lines_first(store, monkeypatch):
+    store = postgres_store(store)
+    walked = []
+    walk = store._walk
+    monkeypatch.setattr(store, "_walk", lambda query: walked.append(walk(query)) or walked[-1])
+    # Both words in every line, the phrase in every fourth; the oldest line alone has them the
+    # other way round.
+    lines = [line(f"rank {i} Init COMPLETE" if i % 4 == 0 else f"rank {i} Init not COMPLETE",
+                  line_no=i, ts=NOW + timedelta(seconds=i)) for i in range(1, 1201)]
+    lines[0] = line("rank 1 COMPLETE Init", line_no=1, ts=NOW + timedelta(seconds=1))
+    lines.append(line("rank 1200 Init COMPLETE", tenant=BETA, ts=NOW + timedelta(hours=1)))
+    store.append(lines)
+    store.maintain()
+    alpha = Scope(tenant_ids=frozenset({ALPHA}))
+
+    hits = search(store, '"Init COMPLETE"', scope=alpha, limit=5)
+    assert [h.line_no for h in hits] == [1200, 1196, 1192, 1188, 1184]
+    assert len(walked) == 1 and len(walked[0]) == 5  # the walk alone answered
+    # A limit of 1 walks the newest 200 lines: the oldest hit is found by the index instead.
+    hits = search(store, '"COMPLETE Init"', scope=alpha, limit=1)
+    assert [(h.line_no, h.tenant_id) for h in hits] == [(1, ALPHA)]
+    assert len(walked) == 2 and walked[1] == []
+    # A rare word, another tenant too, or one job: no walk.
+    assert search(store, '"rank 1196"', scope=alpha)[0].line_no == 1196
+    both = Scope(tenant_ids=frozenset({ALPHA, BETA}))
+    assert search(store, '"Init COMPLETE"', scope=both, limit=1)[0].tenant_id == BETA
+    assert [h.line_no for h in search(store, '"Init COMPLETE"', scope=alpha, job_id=10,
+                                      limit=2)] == [1200, 1196]
+    assert len(walked) == 2
