@@ -3,8 +3,9 @@
 `log_line` is range-partitioned on its timestamp, one partition per UTC day, created as lines
 for that day first arrive. Its generated `tsv` column holds the message's words with their
 positions (split into runs of letters and digits, as `query.words` splits queries) and the
-line's job as the lexeme `@j<id>`, under a GIN index: a search within a job intersects the
-job's lexeme with the words inside the index instead of reading every line of the job. A
+line's job as the lexeme `@j<id>`, under a GIN index: a search within a job for words rare
+in it intersects the job's lexeme with the words inside the index instead of reading every
+line of the job. A
 search for the newest hits walks the (tenant, time) index backwards or intersects the GIN
 index, whichever the planner finds cheaper; every search is planned for its own values (no
 prepared statements: a generic plan of a time-window search walked millions of rows).
@@ -17,7 +18,10 @@ in a hundred is a hit. A phrase search of one tenant (or of platform lines) whos
 is common (in the sampled statistics, at least 1 in `WALK_ROWS_PER_HIT` lines) first walks
 the newest `limit * WALK_ROWS_PER_HIT` lines of the scope, newest first; if that fills the
 limit, those are the answer, else the planner's query runs. The walk costs about what
-fetching and rechecking a sixth as many candidates does, so a miss adds little.
+fetching and rechecking a sixth as many candidates does, so a miss adds little. A search in
+one job walks the job's newest lines (its (job, time) index) the same way, single words too:
+a word's share of a job's lines is not its share of the day's (`nan` is on every line of a
+Megatron job and on no other), and the index would fetch every one of them.
 
 `maintain` (hourly, with retention) moves each partition's GIN pending list into the index
 proper (every search reads a pending list through; autovacuum would do it where it runs) and
@@ -64,6 +68,7 @@ CREATE INDEX IF NOT EXISTS log_line_tsv ON log_line USING gin (tsv)
     WITH (fastupdate = on, gin_pending_list_limit = 4096);
 CREATE INDEX IF NOT EXISTS log_line_tenant_ts ON log_line (tenant_id, ts);
 CREATE INDEX IF NOT EXISTS log_line_job ON log_line (job_id, attempt, replica, line_no);
+CREATE INDEX IF NOT EXISTS log_line_job_ts ON log_line (job_id, ts);
 CREATE INDEX IF NOT EXISTS log_line_request ON log_line (request_id) WHERE request_id <> '';
 CREATE TABLE IF NOT EXISTS log_cursor (key text PRIMARY KEY, "offset" bigint NOT NULL,
     line_no bigint NOT NULL);
@@ -221,9 +226,10 @@ class PostgresLogStore(SqlLogStore):
         return super().search(query)
 
     def _walk_first(self, query: LogQuery) -> bool:
-        if query.job_id is not None or query.after_id is not None or not _one_branch(query):
+        if query.after_id is not None or not query.phrases:
             return False
-        if not any(len(phrase) > 1 for phrase in query.phrases):
+        if query.job_id is None and not (
+                _one_branch(query) and any(len(phrase) > 1 for phrase in query.phrases)):
             return False  # single words: the planner's statistics price them well
         frequency = self._word_frequencies()
         return all(frequency.get(word, 0.0) * WALK_ROWS_PER_HIT >= 1

@@ -215,10 +215,13 @@ def test_postgres_phrase_of_common_words_walks_the_newest_lines_first(store, mon
     hits = search(store, '"COMPLETE Init"', scope=alpha, limit=1)
     assert [(h.line_no, h.tenant_id) for h in hits] == [(1, ALPHA)]
     assert len(walked) == 2 and walked[1] == []
-    # A rare word, another tenant too, or one job: no walk.
+    # A rare word, or another tenant too: no walk.
     assert search(store, '"rank 1196"', scope=alpha)[0].line_no == 1196
     both = Scope(tenant_ids=frozenset({ALPHA, BETA}))
     assert search(store, '"Init COMPLETE"', scope=both, limit=1)[0].tenant_id == BETA
-    assert [h.line_no for h in search(store, '"Init COMPLETE"', scope=alpha, job_id=10,
-                                      limit=2)] == [1200, 1196]
     assert len(walked) == 2
+    # In one job a common single word walks the job's newest lines too.
+    store.append([line("rank 9 Init", job=11, line_no=9, ts=NOW + timedelta(hours=2))])
+    assert [h.line_no for h in search(store, "Init", scope=alpha, job_id=10, limit=2)] \
+        == [1200, 1199]
+    assert len(walked) == 3 and len(walked[2]) == 2
