@@ -20,7 +20,7 @@ from podsys.drivers.base import (
     Resources,
     Workload,
 )
-from podsys.drivers.slurm import SlurmDriver
+from podsys.drivers.slurm import PENDING_STATES, RUNNING_STATES, SlurmDriver
 from tests.slurm_cluster import SlurmCluster, posix_accounts, shared_folder
 
 TENANT_UID = 1_990_000_001
@@ -66,6 +66,17 @@ def _wait(driver, handle, phases, timeout=60.0):
         if status.phase in phases or time.monotonic() > deadline:
             return status
         time.sleep(0.3)
+
+
+def _left_the_queue(driver, handle, timeout=60.0):
+    """Wait until Slurm no longer lists the job as pending or running: it stays COMPLETING a
+    moment after it ended, and the driver keeps what such a job binds."""
+    job_id = int(driver._load(handle)["job_id"])
+    deadline = time.monotonic() + timeout
+    while any(job.job_id == job_id and job.state in PENDING_STATES | RUNNING_STATES
+              for job in driver.cli.jobs()):
+        assert time.monotonic() < deadline, f"Slurm still lists job {job_id}"
+        time.sleep(0.2)
 
 
 def _slurm_jobs(slurm, name):
@@ -510,6 +521,7 @@ def test_cleanup_removes_staged_copies_once_no_job_binds_them_for_a_day(driver, 
     done = driver.launch(_workload("job-20-a1", "print('read')", gpus=0,
                                    data_mounts=(DataMount(str(dataset)),)))
     assert _wait(driver, done, {Phase.SUCCEEDED, Phase.FAILED}).phase == Phase.SUCCEEDED
+    _left_the_queue(driver, done)
     staged = driver.root / "staged" / str(TENANT_UID) / "datasets" / "acme" / "1-docs"
     # The running job's copy is the one its state recorded (two stagings within a second
     # share a modification time, so age cannot tell them apart).
@@ -523,6 +535,7 @@ def test_cleanup_removes_staged_copies_once_no_job_binds_them_for_a_day(driver, 
     assert [copy.name for copy in staged.iterdir()] == [first.name]
     driver.cancel(running)
     assert _wait(driver, running, {Phase.SUCCEEDED, Phase.FAILED}).phase != Phase.RUNNING
+    _left_the_queue(driver, running)
     assert driver.cleanup(now=day_after) == 1
     assert list(staged.iterdir()) == []
     assert second.name != first.name
