@@ -441,6 +441,10 @@ OGAI_GATEWAY_TENANT_RPM = env_int("OGAI_GATEWAY_TENANT_RPM", 600)
 OGAI_GATEWAY_TENANT_TPM = env_int("OGAI_GATEWAY_TENANT_TPM", 200000)
 OGAI_GATEWAY_TOKEN_RPM = env_int("OGAI_GATEWAY_TOKEN_RPM", 300)
 OGAI_GATEWAY_TOKEN_TPM = env_int("OGAI_GATEWAY_TOKEN_TPM", 100000)
+# A request to a deployment without a ready replica (scaled to zero, or starting) waits this
+# long for one before the gateway answers 503 (0: at once). 300 s is Knative Serving's default
+# request timeout, the bound its activator holds a request to a revision at zero.
+OGAI_GATEWAY_COLD_START_WAIT_S = env_int("OGAI_GATEWAY_COLD_START_WAIT_S", 300)
 # A replica whose server stops answering /health for longer than the grace (seconds) gets a new
 # job; one that never answered gets until the start timeout (loading the weights).
 OGAI_REPLICA_UNHEALTHY_GRACE_S = env_int("OGAI_REPLICA_UNHEALTHY_GRACE_S", 60)

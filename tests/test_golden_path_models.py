@@ -80,7 +80,7 @@ def _chat(client: openai.OpenAI, model: str, *, max_tokens: int = 8, **kwargs):
 
 
 def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_root,
-                                                    celery_worker_process, stop_replicas):
+                                                    celery_worker_process, stop_replicas, settings):
     member = world.alpha_member
     tiny_model(import_root / "tiny")
     started = model_import_start(actor=member, tenant=world.alpha, model_name="tiny",
@@ -133,6 +133,9 @@ def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_r
                   "tiny-chat")
 
         # Killed: its model answers 503 while the other deployment goes on, then it is back.
+        # (With the gateway's wait for a starting replica off: with it, a request waits for
+        # the restart instead, which mmodel/tests/test_gateway.py covers.)
+        settings.OGAI_GATEWAY_COLD_START_WAIT_S = 0
         replica = chat.replica_set.get()
         victims = job_processes(replica.job_id)
         assert victims

@@ -386,6 +386,18 @@ def test_the_deployment_page(signed_in, catalog):
     assert "p99: 475 latency (ms)" in page
     assert "mean: 76 latency (ms)" in page
     assert "hx-trigger" not in page.split('id="deployment-status"')[1].split(">")[0]
+    assert "No request has waited for a replica to start." in page
+
+
+def test_the_deployment_page_shows_its_cold_starts(signed_in, catalog):
+    deployment = catalog.alpha.deployment
+    DeploymentStat.objects.filter(deployment=deployment).update(cold_starts=2,
+                                                                 cold_start_ms_max=8421.6)
+    page = html.unescape(signed_in(catalog.world.alpha_member).get(
+        reverse("frontend:deployment", args=[deployment.pk])).content.decode())
+    assert "· 2 in the last hour" in page
+    assert "Last cold start: a request waited 8,422 ms for a replica, 2" in page
+    assert "longest wait: 8,422 wait (ms)" in page
 
 
 def test_the_playground_lists_ready_deployments(signed_in, catalog):

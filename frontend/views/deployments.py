@@ -24,6 +24,7 @@ from frontend.views.models import current_versions, require_writer
 from mmodel.choices import DeploymentState, VersionStatus
 from mmodel.models import Deployment
 from mmodel.selectors.deployments import (
+    deployment_last_cold_start,
     deployment_state,
     deployment_stats,
     deployment_waiting_reason,
@@ -124,6 +125,12 @@ def _charts(deployment: Deployment) -> dict:
                                      ("p99", series("latency_ms_p99", None)),
                                      ("mean", series("latency_ms_mean", None))],
             unit="latency (ms)", title=f"{name}: latency by minute"),
+        # A request that waited for a replica to start: how long, the longest of its minute.
+        "cold_start_chart": minutes_svg(
+            minutes=minutes, series=[("longest wait", series("cold_start_ms_max", None))],
+            unit="wait (ms)", title=f"{name}: waits for a replica to start"),
+        "cold_starts_total": sum(series("cold_starts")),
+        "last_cold_start": deployment_last_cold_start(deployment),
         "requests_total": sum(requests),
         "tokens_total": sum(prompt) + sum(completion),
     }

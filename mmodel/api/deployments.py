@@ -139,6 +139,10 @@ class DeploymentStatSerializer(serializers.Serializer):
     latency_ms_mean = serializers.FloatField(allow_null=True)
     latency_ms_p50 = serializers.FloatField(allow_null=True)
     latency_ms_p99 = serializers.FloatField(allow_null=True)
+    cold_starts = serializers.IntegerField(help_text=(
+        "Requests that waited for a replica to start (scaled to zero, or starting)."))
+    cold_start_ms_max = serializers.FloatField(allow_null=True,
+                                               help_text="The longest of those waits.")
 
 
 class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):

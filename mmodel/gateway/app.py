@@ -6,7 +6,11 @@ sight of a credential, see `auth`): the caller, the routing table and the rate l
 memory (or Redis), and usage, statistics and `last_request_at` are buffered and written by a
 background task every `FLUSH_S` seconds (and at exit; `flush()` / `flush_sync()` write at once).
 Bodies to and from the model servers are not buffered: a stream is relayed as its events
-arrive (an event cut across two reads waits for its end), rewriting only the model name."""
+arrive (an event cut across two reads waits for its end), rewriting only the model name.
+
+A request to a deployment without a ready replica (scaled to zero: woken; or still starting)
+waits for one up to `OGAI_GATEWAY_COLD_START_WAIT_S` instead of being refused; the answer
+then says how long in `X-OGAI-Cold-Start-Ms`, and the deployment's statistics count it."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
+from django.conf import settings
 
 from mmodel.gateway import auth, context, limits, routing, upstream
 from mmodel.gateway.db import db_calls_in_flight, fire_and_forget, run_db
@@ -49,6 +54,9 @@ FLUSH_S = 1.0
 WAKE_EVERY_S = 2.0
 # A replica that refused is reported unready at most this often by one process.
 MARK_EVERY_S = 5.0
+# How often a request waiting for a replica looks at the routing table again.
+WAIT_POLL_S = 0.25
+COLD_START_HEADER = b"x-ogai-cold-start-ms"
 
 COMPLETION_PATHS = {"/v1/chat/completions": True, "/v1/completions": False}
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
@@ -219,6 +227,7 @@ class _Exchange:
 
     __slots__ = (
         "caller",
+        "cold_start_ms",
         "completion_tokens",
         "error",
         "events",
@@ -245,6 +254,14 @@ class _Exchange:
         self.events = 0
         self.reported = False
         self.recorded = False
+        self.cold_start_ms: float | None = None  # how long it waited for a replica
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """What the answer says of this request beside the model server's reply."""
+        if self.cold_start_ms is None:
+            return []
+        return [(COLD_START_HEADER, str(round(self.cold_start_ms)).encode())]
 
     def usage_from(self, found: Any) -> None:
         if isinstance(found, dict):
@@ -268,7 +285,8 @@ class _Exchange:
         route = self.route
         stats.record(deployment_id=route.deployment_id, at=ended,
                      latency_ms=(time.perf_counter() - self.t0) * 1000.0, error=self.error,
-                     prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens)
+                     prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                     cold_start_ms=self.cold_start_ms)
         tokens = self.prompt_tokens + self.completion_tokens
         if tokens:
             usage.add(TokenUse(tenant_id=route.tenant_id, model_name=route.name,
@@ -293,9 +311,13 @@ async def _complete(scope: Scope, receive: Receive, send: Send, path: str, chat:
     await context.check(route.folder, payload, chat)
     exchange = _Exchange(route, caller, t0, started, token_keys)
     refusal = routing.state_error(route)
+    if refusal is not None and route.active:
+        waiting = time.perf_counter()
+        route = exchange.route = await _wait_for_replica(route, payload["model"], caller)
+        refusal = routing.state_error(route)
+        if refusal is None:
+            exchange.cold_start_ms = (time.perf_counter() - waiting) * 1000.0
     if refusal is not None:
-        if route.active and route.scaled_to_zero:
-            _wake(route)
         exchange.error = True
         exchange.done()
         raise refusal
@@ -336,6 +358,20 @@ async def _complete(scope: Scope, receive: Receive, send: Send, path: str, chat:
         state["finished"] = True
         if not watcher.done():
             watcher.cancel()
+
+
+async def _wait_for_replica(route: routing.Route, model: str,
+                            caller: auth.Caller) -> routing.Route:
+    """The deployment's route once it has a ready replica, or as it stands when the wait
+    (`OGAI_GATEWAY_COLD_START_WAIT_S`) is over or it was stopped; one scaled to zero is woken."""
+    deadline = time.monotonic() + settings.OGAI_GATEWAY_COLD_START_WAIT_S
+    while True:
+        if route.active and route.scaled_to_zero:
+            _wake(route)
+        if route.replicas or not route.active or time.monotonic() >= deadline:
+            return route
+        await asyncio.sleep(WAIT_POLL_S)
+        route = routing.resolve(await routing.table(), model, caller.tenant_ids)
 
 
 async def _forward(send: Send, route: routing.Route, payload: dict, path: str, stream: bool,
@@ -416,7 +452,7 @@ async def _relay_json(send: Send, response, route: routing.Route, exchange: _Exc
             answer["model"] = route.name
             body = orjson.dumps(answer)
     exchange.done()
-    await send_json(send, 200, body)
+    await send_json(send, 200, body, exchange.headers)
 
 
 async def _relay_error(send: Send, response, exchange: _Exchange) -> None:
@@ -439,7 +475,7 @@ async def _relay_error(send: Send, response, exchange: _Exchange) -> None:
             "param": None, "code": "upstream_error"}})
     exchange.error = status >= 500
     exchange.done()
-    await send_json(send, status, body)
+    await send_json(send, status, body, exchange.headers)
 
 
 async def _relay_stream(send: Send, response, route: routing.Route, replica: routing.Replica,
@@ -448,7 +484,8 @@ async def _relay_stream(send: Send, response, route: routing.Route, replica: rou
     renames = [(b'"model":' + served, b'"model":' + orjson.dumps(route.name)),
                (b'"model": ' + served, b'"model": ' + orjson.dumps(route.name))]
     renames = [(a, b) for a, b in renames if a != b]
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+    await send({"type": "http.response.start", "status": 200,
+                "headers": SSE_HEADERS + exchange.headers})
     pending = b""
     try:
         async for chunk in response.content.iter_any():

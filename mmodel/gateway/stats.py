@@ -56,6 +56,8 @@ def percentile(buckets: Sequence[int], q: float) -> float | None:
 class _Minute:
     __slots__ = (
         "buckets",
+        "cold_start_ms_max",
+        "cold_starts",
         "completion_tokens",
         "errors",
         "latency_ms_sum",
@@ -70,6 +72,8 @@ class _Minute:
         self.completion_tokens = 0
         self.latency_ms_sum = 0.0
         self.buckets = [0] * BUCKET_COUNT
+        self.cold_starts = 0  # requests that waited for a replica to start
+        self.cold_start_ms_max = 0.0
 
 
 class StatsBuffer:
@@ -97,7 +101,8 @@ class StatsBuffer:
                 self._in_flight.pop(deployment_id, None)
 
     def record(self, *, deployment_id: int, at: float, latency_ms: float, error: bool,
-               prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+               prompt_tokens: int = 0, completion_tokens: int = 0,
+               cold_start_ms: float | None = None) -> None:
         key = (deployment_id, int(at // 60) * 60)
         with self._lock:
             minute = self._minutes.get(key)
@@ -109,6 +114,9 @@ class StatsBuffer:
             minute.completion_tokens += completion_tokens
             minute.latency_ms_sum += latency_ms
             minute.buckets[bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += 1
+            if cold_start_ms is not None:
+                minute.cold_starts += 1
+                minute.cold_start_ms_max = max(minute.cold_start_ms_max, cold_start_ms)
             if at > self._last_request.get(deployment_id, 0.0):
                 self._last_request[deployment_id] = at
 
@@ -134,6 +142,9 @@ class StatsBuffer:
                 minute.prompt_tokens += taken.prompt_tokens
                 minute.completion_tokens += taken.completion_tokens
                 minute.latency_ms_sum += taken.latency_ms_sum
+                minute.cold_starts += taken.cold_starts
+                minute.cold_start_ms_max = max(minute.cold_start_ms_max,
+                                               taken.cold_start_ms_max)
                 minute.buckets = [a + b for a, b in zip(minute.buckets, taken.buckets,
                                                         strict=True)]
             for deployment_id, at in last.items():
@@ -203,8 +214,10 @@ def _add_minutes(minutes: dict[tuple[int, int], _Minute]) -> None:
         row.completion_tokens += counts.completion_tokens
         row.latency_ms_sum += counts.latency_ms_sum
         row.latency_buckets = merge_buckets([row.latency_buckets or [], counts.buckets])
+        row.cold_starts += counts.cold_starts
+        row.cold_start_ms_max = max(row.cold_start_ms_max, counts.cold_start_ms_max)
     fields = ["requests", "errors", "prompt_tokens", "completion_tokens", "latency_ms_sum",
-              "latency_buckets"]
+              "latency_buckets", "cold_starts", "cold_start_ms_max"]
     if updates:
         DeploymentStat.objects.bulk_update(updates, fields)
     if creates:

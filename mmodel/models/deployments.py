@@ -101,6 +101,10 @@ class DeploymentStat(models.Model):
     completion_tokens = models.PositiveBigIntegerField(default=0)
     latency_ms_sum = models.FloatField(default=0)
     latency_buckets = models.JSONField(default=list, blank=True)
+    # Requests that waited for a replica to start (scaled to zero, or starting), and the
+    # longest wait.
+    cold_starts = models.PositiveIntegerField(default=0)
+    cold_start_ms_max = models.FloatField(default=0)
 
     class Meta:
         ordering = ["deployment", "minute"]

@@ -55,7 +55,8 @@ def deployment_waiting_reason(deployment: Deployment) -> str:
 
 def deployment_stats(deployment: Deployment, since: datetime) -> list[dict]:
     """Per-minute rows since `since`, oldest first: requests, errors, tokens, mean latency and
-    its p50/p99 read off the gateway's histogram."""
+    its p50/p99 read off the gateway's histogram, and the requests that waited for a replica
+    to start with the longest wait."""
     rows = DeploymentStat.objects.filter(deployment=deployment, minute__gte=since) \
         .order_by("minute")
     return [{
@@ -64,7 +65,15 @@ def deployment_stats(deployment: Deployment, since: datetime) -> list[dict]:
         "latency_ms_mean": row.latency_ms_sum / row.requests if row.requests else None,
         "latency_ms_p50": percentile(row.latency_buckets, 0.5) if row.requests else None,
         "latency_ms_p99": percentile(row.latency_buckets, 0.99) if row.requests else None,
+        "cold_starts": row.cold_starts,
+        "cold_start_ms_max": row.cold_start_ms_max if row.cold_starts else None,
     } for row in rows]
+
+
+def deployment_last_cold_start(deployment: Deployment) -> DeploymentStat | None:
+    """The newest minute in which a request waited for one of its replicas to start."""
+    return DeploymentStat.objects.filter(deployment=deployment, cold_starts__gt=0) \
+        .order_by("-minute").first()
 
 
 def deployment_serving(deployment: Deployment) -> str:

@@ -552,7 +552,61 @@ def test_limits_count_in_redis_when_the_cache_is_redis(gw, world, settings):
 # -- replicas that cannot answer --------------------------------------------------------------
 
 
-def test_a_deployment_scaled_to_zero_is_503_and_woken(gw, spied):
+def test_a_request_to_a_deployment_scaled_to_zero_waits_for_its_replica(gw, stub, spied,
+                                                                         settings):
+    settings.OGAI_GATEWAY_COLD_START_WAIT_S = 20
+    deployment = gw.deploy("sleepy", scaled_to_zero=True)
+    # As scaling to zero left it: its replica's job ended, nothing to route to.
+    asleep = deployment.replica_set.get()
+    Job.objects.filter(pk=asleep.job_id).update(state=JobState.CANCELLED)
+    DeploymentReplica.objects.filter(pk=asleep.pk).update(ready=False, upstream="")
+    routing.reload_now()
+    started = threading.Event()
+
+    def replica_starts():
+        # The wake submits a new job; once its server answers /health the deployment watch
+        # marks the replica ready (done here by hand, a second later).
+        wait_for(lambda: DeploymentReplica.objects.get(pk=asleep.pk).job_id != asleep.job_id,
+                 timeout=15)
+        time.sleep(1.0)
+        replica = DeploymentReplica.objects.get(pk=asleep.pk)
+        Job.objects.filter(pk=replica.job_id).update(state=JobState.RUNNING)
+        DeploymentReplica.objects.filter(pk=replica.pk).update(upstream=stub.url, ready=True)
+        started.set()
+
+    thread = threading.Thread(target=replica_starts)
+    thread.start()
+    try:
+        response = gw.post("/v1/chat/completions", chat("sleepy"))
+    finally:
+        thread.join()
+    assert started.is_set()
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == "sleepy"
+    assert spied["wake"][0] == deployment.pk
+    waited = int(response.headers["x-ogai-cold-start-ms"])
+    assert 1000 <= waited < 20000
+    # Once up, no wait and no header.
+    again = gw.post("/v1/chat/completions", chat("sleepy"))
+    assert again.status_code == 200 and "x-ogai-cold-start-ms" not in again.headers
+    gateway_app.flush_sync()
+    stat = DeploymentStat.objects.get(deployment=deployment)
+    assert (stat.requests, stat.errors, stat.cold_starts) == (2, 0, 1)
+    assert stat.cold_start_ms_max == pytest.approx(waited, abs=1)
+
+
+def test_a_request_waits_no_longer_than_the_bound(gw, spied, settings):
+    settings.OGAI_GATEWAY_COLD_START_WAIT_S = 1
+    gw.deploy("starting", upstreams=[])
+    began = time.monotonic()
+    response = gw.post("/v1/chat/completions", chat("starting"))
+    assert 1.0 <= time.monotonic() - began < 5.0
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "no_ready_replica"
+
+
+def test_a_deployment_scaled_to_zero_is_503_and_woken(gw, spied, settings):
+    settings.OGAI_GATEWAY_COLD_START_WAIT_S = 0  # no wait: refused at once
     deployment = gw.deploy("sleepy", upstreams=[], scaled_to_zero=True)
     response = gw.post("/v1/chat/completions", chat("sleepy"))
     assert response.status_code == 503
@@ -563,7 +617,8 @@ def test_a_deployment_scaled_to_zero_is_503_and_woken(gw, spied):
     wait_for(lambda: not Deployment.objects.get(pk=deployment.pk).scaled_to_zero)
 
 
-def test_a_deployment_without_a_ready_replica_is_503(gw):
+def test_a_deployment_without_a_ready_replica_is_503(gw, settings):
+    settings.OGAI_GATEWAY_COLD_START_WAIT_S = 0
     gw.deploy("starting", upstreams=[])
     response = gw.post("/v1/chat/completions", chat("starting"))
     assert response.status_code == 503
