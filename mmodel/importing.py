@@ -301,10 +301,13 @@ def check_weights(folder: Path) -> tuple[Any, dict[str, dict]]:
     if prefix and not found.keys() & expected.keys():
         # Saved from the bare base model (no head): its names lack the prefix.
         found = {f"{prefix}.{name}": shape for name, shape in found.items()}
+    # A buffer the model no longer saves (BERT's position_ids) is dropped on load, as
+    # transformers drops it.
+    buffers = [f"^{re.escape(name)}$" for name, _ in model.named_buffers()]
     problems = _compare(
         expected, found, tied=set(getattr(model, "all_tied_weights_keys", {}) or {}),
         ignore_missing=list(model._keys_to_ignore_on_load_missing or []),
-        ignore_unexpected=list(model._keys_to_ignore_on_load_unexpected or []))
+        ignore_unexpected=[*(model._keys_to_ignore_on_load_unexpected or []), *buffers])
     if problems:
         raise ImportRefused("The weights do not fit config.json: " + "; ".join(problems) + ".")
     return config, tensors
@@ -349,7 +352,8 @@ def check_tokenizer(folder: Path) -> tuple[str, list[str]]:
     except Exception as exc:  # any failure to load is the tokenizer files' fault
         raise ImportRefused(f"The tokenizer does not load: {exc}") from None
     notes = []
-    if not getattr(tokenizer, "chat_template", None):
+    # A sentence-embedding model (modules.json) is never chatted with: its files stay as they are.
+    if not getattr(tokenizer, "chat_template", None) and not (folder / "modules.json").is_file():
         tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
         tokenizer.save_pretrained(str(folder))
         notes.append("The tokenizer had no chat template: it was given a plain one "

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from mmodel.choices import Runtime
-from mmodel.runners import serve_transformers
+from mmodel.runners import serve_embeddings, serve_transformers
 from podsys.drivers import DriverError, driver_class
 from podsys.drivers.base import SERVICE_PORT_ARG
 
@@ -136,14 +136,20 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            # A CUDA image shows every GPU of the node unless told otherwise.
            **({} if gpus else {"CUDA_VISIBLE_DEVICES": ""})}
+    embeds = target.adapter is None and is_embedding_model(target.folder)
     if runtime == Runtime.VLLM:
         if target.attach:
             raise ValueError("vLLM cannot serve prompt-tuning adapters")
+        if embeds:
+            raise ValueError("embedding models are served by the transformers runtime")
         return _vllm(target, name=name, host=host, port=port, gpus=gpus, images=images,
                      env=env)
     if target.adapter is not None and not target.attach:
         raise ValueError("transformers serves LoRA adapters merged into their base "
                          "(mmodel.merge)")
+    if embeds:
+        return _embeddings(target, host=host, port_arg=port_arg, port=port, gpus=gpus,
+                           local=local, images=images, env=env)
     # An image has transformers but not the platform: the launcher goes as its source text.
     launcher = [sys.executable, "-m", serve_transformers.__name__] if local else \
         ["python", "-c", _launcher_source()] if images else \
@@ -169,8 +175,27 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
 
 
 @cache
-def _launcher_source() -> str:
-    return Path(serve_transformers.__file__).read_text()
+def _launcher_source(module=serve_transformers) -> str:
+    return Path(module.__file__).read_text()
+
+
+def is_embedding_model(folder: Path) -> bool:
+    """A sentence-transformers folder (its modules: transformer, pooling, …): served at
+    /v1/embeddings by mmodel.runners.serve_embeddings."""
+    return (Path(folder) / "modules.json").is_file()
+
+
+def _embeddings(target: ServeTarget, *, host: str, port_arg: str, port: int, gpus: int,
+                local: bool, images: bool, env: dict[str, str]) -> ServerSpec:
+    name = serve_embeddings.__name__
+    launcher = [sys.executable, "-m", name] if local else \
+        ["python", "-c", _launcher_source(serve_embeddings)] if images else \
+        ["python", "-m", name]
+    command = [*launcher, str(target.folder), "--host", host, "--port", port_arg,
+               "--device", "cuda" if gpus else "cpu", "--log-level", "warning"]
+    return ServerSpec(command=command, port=port, served_model=str(target.folder),
+                      key_env=serve_embeddings.KEY_ENV,
+                      image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
 
 
 def _vllm(target: ServeTarget, *, name: str, host: str, port: int, gpus: int, images: bool,

@@ -3,13 +3,19 @@ registry, deployed twice on this machine with the transformers runtime (real `tr
 serve` processes started by the local driver), and called through the platform's gateway with
 the official `openai` client — streaming and not, its tokens recorded as usage, refused to
 another tenant and past the rate limit; one replica killed answers 503 while the other
-deployment goes on, and the platform restarts it."""
+deployment goes on, and the platform restarts it. And an embedding model (all-MiniLM-L6-v2, a
+sentence-transformers folder) the same way: its vectors through the gateway are
+sentence-transformers' own, and they rank a small query set's documents as it does."""
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import time
+from pathlib import Path
 
+import numpy as np
 import openai
 import pytest
 
@@ -21,6 +27,8 @@ from mmodel.models import Deployment, DeploymentReplica, GatewayLimit, ModelImpo
 from mmodel.selectors.deployments import deployment_state
 from mmodel.services.deployments import deployment_create, deployment_stop
 from mmodel.services.registry import model_import_start
+from mmodel.storage import absolute
+from mmodel.tests.minilm import minilm_folder
 from mmodel.tests.tiny import tiny_model
 from podsys.runtime import driver_for
 from tests.platform_server import platform_server
@@ -167,3 +175,50 @@ def test_import_deploy_and_call_through_the_gateway(world, local_queue, import_r
 
         error = _wait(limited, "the gateway refuses past the limit", timeout=30)
         assert int(error.response.headers["retry-after"]) > 0
+
+
+def test_an_embedding_model_imported_deployed_and_called_through_the_gateway(
+        world, local_queue, import_root, celery_worker_process, stop_replicas):
+    from sentence_transformers import SentenceTransformer
+
+    member = world.alpha_member
+    shutil.copytree(minilm_folder(), import_root / "minilm")
+    started = model_import_start(actor=member, tenant=world.alpha, model_name="minilm",
+                                 source_path=str(import_root / "minilm"))
+    version = _wait(lambda: ModelImport.objects.filter(
+        pk=started.pk, version__status=VersionStatus.READY).select_related("version").first(),
+        "the import is ready").version
+    deployment = deployment_create(actor=member, tenant=world.alpha, name="minilm",
+                                   version=version, queue=local_queue, cpu_per_replica=1,
+                                   memory_mib_per_replica=1024)
+    _wait(lambda: _ready(deployment), "the embedding model is ready", timeout=180)
+    reference = SentenceTransformer(str(absolute(version.artifact_path)), device="cpu",
+                                    local_files_only=True)
+    shipped = json.loads((Path(__file__).parents[1] / "mmodel" / "tests" / "data" /
+                          "retrieval.json").read_text())
+    documents, queries = shipped["documents"], [q["text"] for q in shipped["queries"]]
+
+    key = api_token_create(actor=member, name="sdk", expires_at=None).secret
+    with platform_server() as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
+        # The client asks for base64 unless told otherwise; both must be the same vectors.
+        answer = client.embeddings.create(model="minilm", input=documents)
+        found = client.embeddings.create(model="minilm", input=queries,
+                                         encoding_format="float")
+    assert answer.model == "minilm" and answer.usage.prompt_tokens > len(documents)
+    docs = np.array([item.embedding for item in answer.data])
+    asked = np.array([item.embedding for item in found.data])
+    expected_docs = reference.encode(documents, convert_to_numpy=True)
+    expected_asked = reference.encode(queries, convert_to_numpy=True)
+    assert np.abs(docs - expected_docs).max() < 1e-5
+    assert np.abs(asked - expected_asked).max() < 1e-5
+    ranked = np.argsort(-(asked @ docs.T), axis=1)[:, :3]
+    assert (ranked == np.argsort(-(expected_asked @ expected_docs.T), axis=1)[:, :3]).all()
+    assert list(ranked[:, 0]) == [q["relevant"] for q in shipped["queries"]]
+
+    from mmodel.gateway import app as gateway_app
+
+    gateway_app.flush_sync()
+    used = UsageRecord.objects.filter(model_name="minilm")
+    assert sum(record.prompt_tokens for record in used) == \
+        answer.usage.prompt_tokens + found.usage.prompt_tokens

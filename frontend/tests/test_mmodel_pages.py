@@ -412,6 +412,21 @@ def test_the_playground_lists_ready_deployments(signed_in, catalog):
     assert "No model is deployed" in client.get(reverse("frontend:playground")).content.decode()
 
 
+def test_an_embedding_deployment_shows_how_to_embed_and_stays_out_of_the_playground(
+        signed_in, catalog, tmp_path):
+    folder = tmp_path / "minilm"
+    folder.mkdir()
+    (folder / "modules.json").write_text("[]")  # a sentence-transformers folder
+    ModelVersion.objects.filter(pk=catalog.alpha.trained.pk).update(artifact_path=str(folder))
+    client = signed_in(catalog.world.alpha_member)
+    page = html.unescape(client.get(
+        reverse("frontend:deployment", args=[catalog.alpha.deployment.pk])).content.decode())
+    assert "curl http://testserver/v1/embeddings" in page
+    assert 'client.embeddings.create(model="alpha-chat"' in page
+    assert "chat/completions" not in page
+    assert "No model is deployed" in client.get(reverse("frontend:playground")).content.decode()
+
+
 def test_a_deployment_is_created_scaled_and_stopped_from_its_pages(signed_in, catalog):
     client = signed_in(catalog.world.alpha_member)
     made = catalog.alpha

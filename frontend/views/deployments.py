@@ -24,6 +24,7 @@ from frontend.views.models import current_versions, require_writer
 from mmodel.choices import DeploymentState, VersionStatus
 from mmodel.models import Deployment
 from mmodel.selectors.deployments import (
+    deployment_embeds,
     deployment_last_cold_start,
     deployment_state,
     deployment_stats,
@@ -138,6 +139,19 @@ def _charts(deployment: Deployment) -> dict:
 
 def _snippets(request, deployment: Deployment) -> dict:
     gateway = request.build_absolute_uri("/v1")
+    if deployment_embeds(deployment):
+        return {"gateway_url": gateway, "curl_snippet": (
+            f"curl {gateway}/embeddings \\\n"
+            '  -H "Authorization: Bearer $OGAI_TOKEN" \\\n'
+            '  -H "Content-Type: application/json" \\\n'
+            f'  -d \'{{"model": "{deployment.name}", "input": ["Hello!", "Bonjour!"]}}\''),
+            "python_snippet": (
+            "import os\n\n"
+            "from openai import OpenAI\n\n"
+            f'client = OpenAI(base_url="{gateway}", api_key=os.environ["OGAI_TOKEN"])\n'
+            f'vectors = client.embeddings.create(model="{deployment.name}", '
+            'input=["Hello!", "Bonjour!"])\n'
+            "print(len(vectors.data[0].embedding))"), "embeds": True}
     curl = (
         f"curl {gateway}/chat/completions \\\n"
         '  -H "Authorization: Bearer $OGAI_TOKEN" \\\n'
@@ -155,7 +169,8 @@ def _snippets(request, deployment: Deployment) -> dict:
         ")\n"
         "print(reply.choices[0].message.content)"
     )
-    return {"gateway_url": gateway, "curl_snippet": curl, "python_snippet": python}
+    return {"gateway_url": gateway, "curl_snippet": curl, "python_snippet": python,
+            "embeds": False}
 
 
 @login_required

@@ -15,7 +15,7 @@ from frontend.views.models import current_versions
 from infra_os.choices import MODEL_CALL_ROLES
 from mmodel.choices import DeploymentState
 from mmodel.selectors.arena import arena_ratings
-from mmodel.selectors.deployments import deployment_state
+from mmodel.selectors.deployments import deployment_embeds, deployment_state
 from mmodel.services.arena import arena_vote_record
 
 # Deployments the gateway answers for: ready, or asleep and woken by the first request.
@@ -30,7 +30,7 @@ def playground(request):
     if tenant:
         for deployment in current_deployments(request).filter(active=True):
             state = deployment_state(deployment)
-            if state in CHAT_STATES:
+            if state in CHAT_STATES and not deployment_embeds(deployment):
                 choices.append({"deployment": deployment, "state": state,
                                 "asleep": state == DeploymentState.SCALED_TO_ZERO})
     return render(request, "frontend/mmodel/playground/playground.html", {

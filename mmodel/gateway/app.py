@@ -1,5 +1,6 @@
-"""The gateway's ASGI application: `GET /v1/models[/<id>]`, `POST /v1/completions` and
-`POST /v1/chat/completions`, answered by the deployments' model servers.
+"""The gateway's ASGI application: `GET /v1/models[/<id>]`, `POST /v1/completions`,
+`POST /v1/chat/completions` and `POST /v1/embeddings`, answered by the deployments' model
+servers.
 
 Per request, nothing here touches the database or leaves the event loop (but for the first
 sight of a credential, see `auth`): the caller, the routing table and the rate limits come from
@@ -59,6 +60,7 @@ WAIT_POLL_S = 0.25
 COLD_START_HEADER = b"x-ogai-cold-start-ms"
 
 COMPLETION_PATHS = {"/v1/chat/completions": True, "/v1/completions": False}
+EMBEDDINGS_PATH = "/v1/embeddings"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
@@ -114,8 +116,8 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
 async def _http(scope: Scope, receive: Receive, send: Send) -> None:
     path = scope["path"]
     method = scope["method"]
-    chat = COMPLETION_PATHS.get(path)
-    if chat is not None:
+    chat = COMPLETION_PATHS.get(path)  # None: embeddings
+    if chat is not None or path == EMBEDDINGS_PATH:
         if method != "POST":
             raise GatewayError(405, f"Use POST for {path}.", code="method_not_allowed",
                                headers=[(b"allow", b"POST")])
@@ -194,7 +196,7 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(parts)
 
 
-def _parse(body: bytes, chat: bool) -> dict:
+def _parse(body: bytes, chat: bool | None) -> dict:
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -207,7 +209,14 @@ def _parse(body: bytes, chat: bool) -> dict:
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("Missing required parameter: 'model'.", param="model")
-    if chat:
+    if chat is None:
+        found = payload.get("input")
+        if not isinstance(found, (str, list)) or not found:
+            raise bad_request("Missing required parameter: 'input' (a string or a non-empty "
+                              "list).", param="input")
+        if payload.get("stream"):
+            raise bad_request("Embeddings are not streamed.", param="stream")
+    elif chat:
         messages = payload.get("messages")
         if not isinstance(messages, list) or not messages:
             raise bad_request("Missing required parameter: 'messages' (a non-empty list).",
@@ -296,7 +305,9 @@ class _Exchange:
             limits.add_tokens(self.token_keys, tokens)
 
 
-async def _complete(scope: Scope, receive: Receive, send: Send, path: str, chat: bool) -> None:
+async def _complete(scope: Scope, receive: Receive, send: Send, path: str,
+                    chat: bool | None) -> None:
+    """A completion, a chat completion or (`chat` None) embeddings, through a replica."""
     t0 = time.perf_counter()
     started = time.time()
     caller = await auth.authenticate(_headers(scope), unsafe=True)
@@ -308,7 +319,9 @@ async def _complete(scope: Scope, receive: Receive, send: Send, path: str, chat:
         raise may_not_call(route.tenant_name)
     token_keys = await limits.check(route, caller)
     # Before any replica (and before waking one): a prompt that cannot fit never reaches it.
-    await context.check(route.folder, payload, chat)
+    # (An embedding model's server cuts each text to the model's length itself.)
+    if chat is not None:
+        await context.check(route.folder, payload, chat)
     exchange = _Exchange(route, caller, t0, started, token_keys)
     refusal = routing.state_error(route)
     if refusal is not None and route.active:

@@ -12,7 +12,9 @@ from infra_os.models import Tenant
 from mmodel.choices import DeploymentState
 from mmodel.gateway.stats import percentile
 from mmodel.models import Deployment, DeploymentReplica, DeploymentStat
-from mmodel.services.adapters import adapter_serving
+from mmodel.runtimes import is_embedding_model
+from mmodel.services.adapters import adapter_serving, is_adapter
+from mmodel.storage import absolute
 
 
 def deployments_for(user, tenant: Tenant | None = None) -> QuerySet[Deployment]:
@@ -74,6 +76,13 @@ def deployment_last_cold_start(deployment: Deployment) -> DeploymentStat | None:
     """The newest minute in which a request waited for one of its replicas to start."""
     return DeploymentStat.objects.filter(deployment=deployment, cold_starts__gt=0) \
         .order_by("-minute").first()
+
+
+def deployment_embeds(deployment: Deployment) -> bool:
+    """Whether it serves embeddings (/v1/embeddings) rather than completions."""
+    version = deployment.version
+    return bool(version.artifact_path) and not is_adapter(version) and \
+        is_embedding_model(absolute(version.artifact_path))
 
 
 def deployment_serving(deployment: Deployment) -> str:

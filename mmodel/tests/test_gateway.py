@@ -78,6 +78,16 @@ def stub_app(seen: list):
                         "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": data})
             return
+        if scope["path"] == "/v1/embeddings":
+            texts = request["input"] if isinstance(request["input"], list) else [request["input"]]
+            data = json.dumps({"object": "list", "model": model, "data": [
+                {"object": "embedding", "index": i, "embedding": [0.5, -0.25]}
+                for i in range(len(texts))],
+                "usage": {"prompt_tokens": 4 * len(texts), "total_tokens": 4 * len(texts)}})
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": data.encode()})
+            return
         words = ["Hello", " from", " ", model]
         if not request.get("stream"):
             if scope["path"] == "/v1/completions":
@@ -303,6 +313,34 @@ def test_chat_completion_answers_through_the_replica_and_records_usage(gw, stub,
     assert sum(stat.latency_buckets) == 1 and stat.latency_ms_sum > 0
     deployment.refresh_from_db()
     assert deployment.last_request_at is not None
+
+
+def test_embeddings_answer_through_the_replica_and_record_usage(gw, stub, world):
+    deployment = gw.deploy("embedder")
+    answer = gw.client().embeddings.create(model="embedder", input=["one", "two"],
+                                           encoding_format="float")
+    assert [item.embedding for item in answer.data] == [[0.5, -0.25], [0.5, -0.25]]
+    assert answer.model == "embedder" and answer.usage.prompt_tokens == 8
+    assert stub.seen[-1]["path"] == "/v1/embeddings"
+    assert stub.seen[-1]["body"] == {"model": "/models/alpha/embedder", "input": ["one", "two"],
+                                     "encoding_format": "float"}
+    gateway_app.flush_sync()
+    record = UsageRecord.objects.get()
+    assert (record.model_name, record.prompt_tokens, record.completion_tokens) == \
+        ("embedder", 8, 0)
+    stat = DeploymentStat.objects.get(deployment=deployment)
+    assert (stat.requests, stat.errors, stat.prompt_tokens) == (1, 0, 8)
+
+    missing = gw.post("/v1/embeddings", {"model": "embedder"})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "input"
+    streamed = gw.post("/v1/embeddings", {"model": "embedder", "input": "x", "stream": True})
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "stream"
+    wrong = httpx.get(f"{gw.url}/v1/embeddings", headers={"Authorization": f"Bearer {gw.alpha}"})
+    assert wrong.status_code == 405
+    # Another tenant's member cannot embed with it.
+    hidden = gw.post("/v1/embeddings", {"model": "embedder", "input": "x"}, secret=gw.beta)
+    assert hidden.status_code == 404
+    assert len(stub.seen) == 1
 
 
 def test_a_stream_arrives_in_chunks_as_the_server_sends_them(gw, stub):

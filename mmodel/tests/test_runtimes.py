@@ -162,3 +162,22 @@ def test_unknown_runtimes_are_refused():
     with pytest.raises(ValidationError) as caught:
         check_runtime("llama.cpp", "local")
     assert "runtime" in caught.value.message_dict
+
+
+def test_a_sentence_embedding_model_is_served_by_the_embeddings_runtime(settings):
+    from mmodel.tests.minilm import minilm_folder
+
+    folder = minilm_folder()
+    server = spec(folder=folder)
+    assert server.command[:4] == [sys.executable, "-m", "mmodel.runners.serve_embeddings",
+                                  str(folder)]
+    assert server.key_env == "OGAI_REPLICA_API_KEY" and server.served_model == str(folder)
+    assert arg(server.command, "--device") == "cpu"
+    assert int(arg(server.command, "--port")) == server.port
+    settings.OGAI_TRANSFORMERS_IMAGE = "ogai/transformers:1"
+    pod = spec(folder=folder, driver="kubernetes", gpus=1)
+    assert pod.command[:2] == ["python", "-c"] and "class Batcher" in pod.command[2]
+    assert pod.image == "ogai/transformers:1" and arg(pod.command, "--device") == "cuda"
+    settings.OGAI_VLLM_COMMAND = "vllm"
+    with pytest.raises(ValueError, match="transformers runtime"):
+        spec(runtime="vllm", folder=folder)

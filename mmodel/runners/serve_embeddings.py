@@ -1,0 +1,203 @@
+"""The embeddings runtime: a sentence-transformers model folder (modules.json: transformer,
+pooling, normalization) served at `POST /v1/embeddings` in OpenAI's shape, answering only
+requests that carry `Authorization: Bearer <key>` (the key from OGAI_REPLICA_API_KEY); `GET
+/health` stays open for the platform's readiness probe.
+
+    python -m mmodel.runners.serve_embeddings MODEL_DIR --host … --port … [--device cpu]
+
+Requests are batched as they come: while the model encodes one batch, the texts of every request
+arriving meanwhile queue, and the next batch takes them all (up to `--max-batch` texts), so a
+burst of one-line requests costs a few model calls, not one each. Each text is cut to the model's
+`max_seq_length` tokens, as sentence-transformers does; `usage.prompt_tokens` counts the tokens
+encoded.
+
+Self-contained (sentence-transformers, Starlette, uvicorn and the standard library only): where
+a cluster runs images, the platform hands this file's text to the image's `python -c`.
+"""
+
+import argparse
+import asyncio
+import base64
+import hmac
+import json
+import os
+import sys
+
+KEY_ENV = "OGAI_REPLICA_API_KEY"
+MAX_INPUTS = 2048  # OpenAI's bound on the texts of one request
+OPEN = frozenset({("GET", "/health")})
+
+
+def _error(status: int, message: str, code: str, param: str | None = None):
+    from starlette.responses import JSONResponse
+
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param,
+                                   "code": code}}, status_code=status)
+
+
+def texts_of(body) -> list[str]:
+    """The request's texts, or ValueError saying what is wrong with its `input`."""
+    if not isinstance(body, dict):
+        raise ValueError("The body must be a JSON object.")
+    found = body.get("input")
+    texts = [found] if isinstance(found, str) else found
+    if not isinstance(texts, list) or not texts:
+        raise ValueError("`input` must be a string or a non-empty list of strings.")
+    if not all(isinstance(text, str) for text in texts):
+        raise ValueError("`input` must be text: this model server does not take token ids.")
+    if len(texts) > MAX_INPUTS:
+        raise ValueError(f"`input` holds {len(texts)} texts; at most {MAX_INPUTS} a request.")
+    if any(not text for text in texts):
+        raise ValueError("`input` holds an empty string.")
+    return texts
+
+
+class Batcher:
+    """Texts of concurrent requests encoded together, one model call at a time."""
+
+    def __init__(self, model, max_batch: int) -> None:
+        self.model = model
+        self.max_batch = max_batch
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.task: asyncio.Task | None = None
+        self.batches = 0  # model calls, and the texts they encoded (shown on /health)
+        self.texts = 0
+
+    async def encode(self, texts: list[str]):
+        """(vectors, token counts) of the texts, in order."""
+        if self.task is None:
+            self.task = asyncio.create_task(self.run())
+        done = asyncio.get_running_loop().create_future()
+        await self.queue.put((texts, done))
+        return await done
+
+    async def run(self) -> None:
+        while True:
+            waiting = [await self.queue.get()]
+            count = len(waiting[0][0])
+            while count < self.max_batch and not self.queue.empty():
+                waiting.append(self.queue.get_nowait())
+                count += len(waiting[-1][0])
+            texts = [text for item, _ in waiting for text in item]
+            self.batches += 1
+            self.texts += len(texts)
+            try:
+                vectors, tokens = await asyncio.to_thread(self._encode, texts)
+            except Exception as exc:  # every waiting request hears of it
+                for _, done in waiting:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            start = 0
+            for item, done in waiting:
+                end = start + len(item)
+                if not done.done():
+                    done.set_result((vectors[start:end], tokens[start:end]))
+                start = end
+
+    def _encode(self, texts: list[str]):
+        vectors = self.model.encode(texts, batch_size=self.max_batch, convert_to_numpy=True,
+                                    show_progress_bar=False)
+        mask = self.model.tokenize(texts)["attention_mask"]
+        return vectors, [int(row.sum()) for row in mask]
+
+
+def build_app(model, name: str, key: str, max_batch: int = 64):
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    batcher = Batcher(model, max_batch)
+    dimensions = model.get_sentence_embedding_dimension()
+
+    async def health(request: Request):
+        return JSONResponse({"status": "ok", "batches": batcher.batches,
+                             "texts": batcher.texts})
+
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "owned_by": "ogai"}]})
+
+    async def embeddings(request: Request):
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error(400, "The body is not JSON.", "invalid_json")
+        try:
+            texts = texts_of(body)
+        except ValueError as exc:
+            return _error(400, str(exc), "invalid_input", "input")
+        encoding = body.get("encoding_format") or "float"
+        if encoding not in ("float", "base64"):
+            return _error(400, "`encoding_format` is float or base64.", "invalid_encoding",
+                          "encoding_format")
+        wanted = body.get("dimensions")
+        if wanted is not None and wanted != dimensions:
+            return _error(400, f"This model's embeddings have {dimensions} dimensions; it "
+                          "cannot shorten them.", "invalid_dimensions", "dimensions")
+        vectors, tokens = await batcher.encode(texts)
+        data = []
+        for index, vector in enumerate(vectors):
+            values = vector.astype("<f4")
+            embedding = (base64.b64encode(values.tobytes()).decode() if encoding == "base64"
+                         else values.tolist())
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        used = sum(tokens)
+        return JSONResponse({"object": "list", "data": data, "model": name,
+                             "usage": {"prompt_tokens": used, "total_tokens": used}})
+
+    app = Starlette(routes=[Route("/health", health), Route("/v1/models", models),
+                            Route("/v1/embeddings", embeddings, methods=["POST"])])
+    return guarded(app, key)
+
+
+def guarded(app, key: str):
+    """`app` (ASGI) answering only requests with the key, but for OPEN ones."""
+    expected = b"Bearer " + key.encode()
+    refusal = json.dumps({"error": {
+        "message": "This model server answers only the platform's gateway: call the model "
+                   "there.", "type": "invalid_request_error", "param": None,
+        "code": "invalid_api_key"}}).encode()
+
+    async def asgi(scope, receive, send):
+        if scope["type"] == "http" and (scope.get("method"), scope["path"]) not in OPEN:
+            sent = next((value for header, value in scope["headers"]
+                         if header == b"authorization"), b"")
+            if not hmac.compare_digest(sent, expected):
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(refusal)).encode())]})
+                await send({"type": "http.response.body", "body": refusal})
+                return
+        await app(scope, receive, send)
+
+    return asgi
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    key = os.environ.pop(KEY_ENV, "")
+    if not key:
+        print(f"{KEY_ENV} is not set: this server answers only the platform's gateway, with "
+              "the deployment's key.", file=sys.stderr)
+        return 2
+    import uvicorn
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(args.folder, device=args.device, local_files_only=True)
+    app = build_app(model, args.folder, key, args.max_batch)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
