@@ -99,7 +99,7 @@ class Batcher:
     def _encode(self, texts: list[str]):
         vectors = self.model.encode(texts, batch_size=self.max_batch, convert_to_numpy=True,
                                     show_progress_bar=False)
-        mask = self.model.tokenize(texts)["attention_mask"]
+        mask = self.model.preprocess(texts)["attention_mask"]
         return vectors, [int(row.sum()) for row in mask]
 
 

@@ -73,7 +73,7 @@ def test_vectors_are_sentence_transformers_own_in_both_encodings(server, referen
     expected = reference.encode(TEXTS, convert_to_numpy=True)
     assert got.shape == (3, 384)
     assert np.abs(got - expected).max() < 1e-5
-    tokens = int(reference.tokenize(TEXTS)["attention_mask"].sum())
+    tokens = int(reference.preprocess(TEXTS)["attention_mask"].sum())
     assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
 
     packed = embed(server, {"model": "minilm", "input": TEXTS[0],
