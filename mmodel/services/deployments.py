@@ -27,7 +27,7 @@ from infra_os.services.audit import audit_record
 from mmodel.choices import Runtime, VersionStatus
 from mmodel.models import Deployment, DeploymentReplica, ModelVersion
 from mmodel.models.registry import model_name
-from mmodel.runtimes import ServeTarget, check_runtime, server_spec
+from mmodel.runtimes import ServeTarget, check_runtime, is_embedding_model, server_spec
 from mmodel.services.adapters import (
     FAILED,
     PROMPT_SERVING,
@@ -61,6 +61,10 @@ def _check_runtime_serves(version: ModelVersion, runtime: str) -> None:
     if runtime == Runtime.VLLM and is_prompt_adapter(version):
         raise ValidationError({"runtime": f"{version.label} is a tuned prompt: {PROMPT_SERVING}. "
                                "Deploy it with the transformers runtime."})
+    if runtime == Runtime.VLLM and not is_adapter(version) and \
+            is_embedding_model(artifact_folder(version)):
+        raise ValidationError({"runtime": f"{version.label} is an embedding model: deploy it "
+                               "with the transformers runtime, which serves /v1/embeddings."})
 
 
 def _check_version(version: ModelVersion, tenant: Tenant) -> None:

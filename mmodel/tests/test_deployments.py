@@ -196,6 +196,20 @@ def test_vllm_runs_locally_only_from_its_own_environment(world, local_queue, set
     assert replicas_of(deployment)[0].served_model == "fast"
 
 
+def test_an_embedding_model_is_refused_to_vllm(world, local_queue, settings, tmp_path):
+    settings.OGAI_VLLM_COMMAND = "/opt/vllm/bin/vllm"
+    (tmp_path / "minilm" / "1").mkdir(parents=True)
+    (tmp_path / "minilm" / "1" / "modules.json").write_text("[]")  # sentence-transformers'
+    version = make_version(world.alpha, "minilm", folder=str(tmp_path / "minilm"))
+    with pytest.raises(ValidationError) as caught:
+        deployment_create(actor=world.alpha_member, tenant=world.alpha, name="embed",
+                          version=version, queue=local_queue, runtime="vllm")
+    assert "is an embedding model" in caught.value.message_dict["runtime"][0]
+    deployment = deployment_create(actor=world.alpha_member, tenant=world.alpha, name="embed",
+                                   version=version, queue=local_queue)
+    assert "mmodel.runners.serve_embeddings" in replicas_of(deployment)[0].job.command
+
+
 def test_scale_adds_and_removes_the_highest_replicas(farm, world, deploy, healthy):
     deployment = deploy(replicas=1)
     deployment_scale(actor=world.alpha_member, deployment=deployment, replicas=3)
