@@ -70,6 +70,17 @@ def stop_replicas():
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.fixture(autouse=True)
+def fresh_routing():
+    """The gateway's routing table outlives a test's server in this process: each test's
+    server starts from none, not from the table of the test before."""
+    from mmodel.gateway import routing
+
+    routing.reset()
+    yield
+    routing.reset()
+
+
 @pytest.fixture
 def import_root(tmp_path, settings, monkeypatch):
     root = tmp_path / "imports"
