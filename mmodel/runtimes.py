@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from mmodel.choices import Runtime
-from mmodel.runners import serve_embeddings, serve_transformers
+from mmodel.runners import serve_embeddings, serve_pool, serve_transformers
 from podsys.drivers import DriverError, driver_class
 from podsys.drivers.base import SERVICE_PORT_ARG
 
@@ -65,14 +65,33 @@ class ServerSpec:
 
 
 @dataclass(frozen=True)
+class PoolEntry:
+    """A model a pool serves beside its base, under `name`: a LoRA adapter of the base, or a
+    whole model."""
+
+    name: str
+    folder: Path
+    adapter: bool
+
+
+@dataclass(frozen=True)
 class ServeTarget:
     """What to serve: a folder of weights, and a LoRA adapter folder on top of it for runtimes
     that apply adapters themselves (vLLM); `attach`: an adapter that is never merged (a tuned
-    prompt), which the transformers runtime loads on its base itself."""
+    prompt), which the transformers runtime loads on its base itself. A pool serves `folder`
+    and every entry of `pool`, holding whole models within `pool_memory_mib` and at most
+    `max_loras` adapters at once."""
 
     folder: Path
     adapter: Path | None = None
     attach: bool = False
+    pool: tuple[PoolEntry, ...] = ()
+    pool_memory_mib: int = 0
+    max_loras: int = 8
+
+    def folders(self) -> list[Path]:
+        return [self.folder, *([self.adapter] if self.adapter else []),
+                *(entry.folder for entry in self.pool)]
 
 
 def runs_locally(cluster_driver: str) -> bool:
@@ -137,6 +156,9 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
            # A CUDA image shows every GPU of the node unless told otherwise.
            **({} if gpus else {"CUDA_VISIBLE_DEVICES": ""})}
     embeds = target.adapter is None and is_embedding_model(target.folder)
+    if target.pool:
+        return _pool(target, runtime=runtime, name=name, host=host, port=port,
+                     port_arg=port_arg, gpus=gpus, local=local, images=images, env=env)
     if runtime == Runtime.VLLM:
         if target.attach:
             raise ValueError("vLLM cannot serve prompt-tuning adapters")
@@ -150,10 +172,7 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
     if embeds:
         return _embeddings(target, host=host, port_arg=port_arg, port=port, gpus=gpus,
                            local=local, images=images, env=env)
-    # An image has transformers but not the platform: the launcher goes as its source text.
-    launcher = [sys.executable, "-m", serve_transformers.__name__] if local else \
-        ["python", "-c", _launcher_source()] if images else \
-        ["python", "-m", serve_transformers.__name__]
+    launcher = _launcher(serve_transformers, local=local, images=images)
     if target.attach and target.adapter is not None:
         # The launcher loads the adapter folder as PEFT's model on its base (the base's folder,
         # as adapter_config.json names it). Continuous batching runs the base model's forward
@@ -174,8 +193,18 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
                       image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
 
 
+def _launcher(module, *, local: bool, images: bool) -> list[str]:
+    """How a replica runs a runner module: an image has transformers but not the platform, so
+    there the module goes as its source text."""
+    if local:
+        return [sys.executable, "-m", module.__name__]
+    if images:
+        return ["python", "-c", _launcher_source(module)]
+    return ["python", "-m", module.__name__]
+
+
 @cache
-def _launcher_source(module=serve_transformers) -> str:
+def _launcher_source(module) -> str:
     return Path(module.__file__).read_text()
 
 
@@ -187,15 +216,60 @@ def is_embedding_model(folder: Path) -> bool:
 
 def _embeddings(target: ServeTarget, *, host: str, port_arg: str, port: int, gpus: int,
                 local: bool, images: bool, env: dict[str, str]) -> ServerSpec:
-    name = serve_embeddings.__name__
-    launcher = [sys.executable, "-m", name] if local else \
-        ["python", "-c", _launcher_source(serve_embeddings)] if images else \
-        ["python", "-m", name]
+    launcher = _launcher(serve_embeddings, local=local, images=images)
     command = [*launcher, str(target.folder), "--host", host, "--port", port_arg,
                "--device", "cuda" if gpus else "cpu", "--log-level", "warning"]
     return ServerSpec(command=command, port=port, served_model=str(target.folder),
                       key_env=serve_embeddings.KEY_ENV,
                       image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
+
+
+def _pool(target: ServeTarget, *, runtime: str, name: str, host: str, port: int,
+          port_arg: str, gpus: int, local: bool, images: bool,
+          env: dict[str, str]) -> ServerSpec:
+    """The base under the deployment's name, each entry under its own."""
+    adapters = [entry for entry in target.pool if entry.adapter]
+    if runtime == Runtime.VLLM:
+        if len(adapters) < len(target.pool):
+            raise ValueError("vLLM pools LoRA adapters of its base, not whole models")
+        program = ["vllm"] if images else shlex.split(settings.OGAI_VLLM_COMMAND)
+        command = [*program, "serve", str(target.folder), "--host", host, "--port", port_arg,
+                   "--served-model-name", name]
+        if gpus > 1:
+            command += ["--tensor-parallel-size", str(gpus)]
+        command += ["--enable-lora", "--max-loras", str(target.max_loras),
+                    # Every adapter stays in host memory; max_loras of them on the GPU.
+                    "--max-cpu-loras", str(max(target.max_loras, len(adapters))),
+                    "--max-lora-rank", str(vllm_lora_rank(entry.folder for entry in adapters)),
+                    "--lora-modules", *(f"{entry.name}={entry.folder}" for entry in adapters)]
+        return ServerSpec(command=command, port=port, served_model=name,
+                          key_env=VLLM_KEY_ENV,
+                          image=settings.OGAI_VLLM_IMAGE if images else "", env=env)
+    command = [*_launcher(serve_pool, local=local, images=images),
+               "--base", f"{name}={target.folder}"]
+    for entry in target.pool:
+        command += ["--adapter" if entry.adapter else "--model", f"{entry.name}={entry.folder}"]
+    command += ["--memory-budget-mib", str(target.pool_memory_mib),
+                "--max-loras", str(target.max_loras), "--host", host, "--port", port_arg,
+                "--device", "cuda" if gpus else "cpu", "--log-level", "warning"]
+    return ServerSpec(command=command, port=port, served_model=name,
+                      key_env=serve_pool.KEY_ENV,
+                      image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
+
+
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_lora_rank(folders) -> int:
+    """The smallest rank vLLM accepts for --max-lora-rank that holds every adapter's `r`."""
+    ranks = [16]
+    for folder in folders:
+        try:
+            ranks.append(int(json.loads((Path(folder) / "adapter_config.json").read_text())
+                             .get("r") or 0))
+        except (OSError, ValueError, TypeError):
+            continue
+    return next((rank for rank in VLLM_LORA_RANKS if rank >= max(ranks)), VLLM_LORA_RANKS[-1])
 
 
 def _vllm(target: ServeTarget, *, name: str, host: str, port: int, gpus: int, images: bool,

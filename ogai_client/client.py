@@ -1025,15 +1025,22 @@ class OgaiClient:
                           replicas: int | None = None, gpus_per_replica: int | None = None,
                           gpu_model: str | None = None, cpu_per_replica: float | None = None,
                           memory_mib_per_replica: int | None = None,
-                          idle_timeout_s: int | None = None) -> Deployment:
+                          idle_timeout_s: int | None = None,
+                          pool: dict[str, int] | None = None,
+                          pool_memory_mib: int | None = None,
+                          max_loras: int | None = None) -> Deployment:
         """Deploy a version (its id) as `name` at the gateway: `replicas` service jobs of
-        `queue`. What is left out takes the server's default."""
+        `queue`; with `pool` (model name -> version id) each replica serves those versions
+        too. What is left out takes the server's default."""
         body: dict[str, Any] = {"name": name, "version": int(version)}
+        if pool:
+            body["pool"] = [{"name": key, "version": int(value)} for key, value in pool.items()]
         for key, value in (("tenant", tenant), ("queue", queue), ("runtime", runtime),
                            ("replicas", replicas), ("gpus_per_replica", gpus_per_replica),
                            ("gpu_model", gpu_model), ("cpu_per_replica", cpu_per_replica),
                            ("memory_mib_per_replica", memory_mib_per_replica),
-                           ("idle_timeout_s", idle_timeout_s)):
+                           ("idle_timeout_s", idle_timeout_s),
+                           ("pool_memory_mib", pool_memory_mib), ("max_loras", max_loras)):
             if value is not None:
                 body[key] = value
         return Deployment.from_api(self._request("POST", f"{MMODEL}/deployments/", json=body))

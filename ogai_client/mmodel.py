@@ -635,14 +635,25 @@ def _idle(d: Deployment) -> str:
     return f"{d.idle_timeout_s} s" if d.idle_timeout_s else "never"
 
 
+def _pool_member(value: str) -> tuple[str, str]:
+    name, sep, version = value.partition("=")
+    if not sep or not name or not version:
+        raise argparse.ArgumentTypeError(f"give NAME=MODEL[:vN], not {value!r}")
+    return name, version
+
+
 def cmd_deploy_create(args: argparse.Namespace, ctx: Context) -> int:
     client = ctx.client()
     version = client.find_version(args.version, tenant=args.tenant)
+    tenant = args.tenant or version.tenant
+    pool = {name: client.find_version(member, tenant=tenant).id
+            for name, member in args.pool or []}
     deployment = client.create_deployment(
-        args.name, version.id, tenant=args.tenant or version.tenant, queue=args.queue,
+        args.name, version.id, tenant=tenant, queue=args.queue,
         runtime=args.runtime, replicas=args.replicas, gpus_per_replica=args.gpus,
         gpu_model=args.gpu_model, cpu_per_replica=args.cpu,
-        memory_mib_per_replica=args.memory_mib, idle_timeout_s=args.idle_timeout)
+        memory_mib_per_replica=args.memory_mib, idle_timeout_s=args.idle_timeout,
+        pool=pool or None, pool_memory_mib=args.pool_memory_mib, max_loras=args.max_loras)
     if args.json and not args.wait:
         _print_json(ctx, deployment.raw)
         return 0
@@ -777,6 +788,16 @@ def cmd_deploy_show(args: argparse.Namespace, ctx: Context) -> int:
             table.add_row(str(r.index), str(r.job or "-"), _state(r.job_state or "-"), ready,
                           _when(r.ready_since), r.waiting_reason or r.message,
                           *([r.upstream or "-"] if admin else []))
+        out.print(table)
+    if d.pool:
+        out.print()
+        table = _table("models in this pool")
+        for column in ("NAME", "KIND", "VERSION", "HELD BY"):
+            table.add_column(column, overflow="fold")
+        for member in d.pool:
+            held = ", ".join(f"replica {index}" for index in member.get("held_by") or [])
+            table.add_row(member.get("name", ""), member.get("kind", ""),
+                          member.get("version_label", ""), held or "-")
         out.print(table)
     out.print()
     if stats:
@@ -1058,6 +1079,16 @@ def add_commands(commands: Any, command: Callable[..., Any]) -> None:
     d_create.add_argument("--idle-timeout", type=_positive_int, metavar="S",
                           help="scale to zero after S seconds without requests; the next "
                           "request starts it again (default: never)")
+    d_create.add_argument("--pool", action="append", type=_pool_member,
+                          metavar="NAME=MODEL[:vN]",
+                          help="make it a pool: each replica also serves this version as NAME "
+                          "(a LoRA adapter of --version, or a whole model); repeat for more")
+    d_create.add_argument("--pool-memory", dest="pool_memory_mib", type=_memory_arg,
+                          metavar="QUANTITY", help="a pool's budget for whole models per "
+                          "replica; the least recently used is evicted (default: half its "
+                          "memory)")
+    d_create.add_argument("--max-loras", type=_positive_int, metavar="N",
+                          help="LoRA adapters a pool's replica holds at once (default 8)")
     tenant(d_create)
     wait_options(d_create)
     json_flag(d_create)

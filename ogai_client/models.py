@@ -1038,6 +1038,8 @@ class Deployment:
     created_at: datetime | None = None
     # Why a replica's job still waits for the scheduler; "" when none waits.
     waiting_reason: str = ""
+    # A pool's models (its base first): {name, version, version_label, kind, held_by}.
+    pool: list[dict] = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -1062,7 +1064,8 @@ class Deployment:
             last_request_at=parse_time(data.get("last_request_at")),
             replica_set=[Replica.from_api(r) for r in data.get("replica_set") or []],
             created_by=data.get("created_by") or "",
-            created_at=parse_time(data.get("created_at")), raw=data,
+            created_at=parse_time(data.get("created_at")), pool=list(data.get("pool") or []),
+            raw=data,
         )
 
 

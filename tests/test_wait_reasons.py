@@ -34,7 +34,7 @@ WAITING = (f"waiting: 2 CPU cores asked, 1 free on node {NODE} (the deployment d
 def box(world, api, monkeypatch, settings, tmp_path):
     settings.DATA_DIR = tmp_path / "data"
     settings.DATA_DIR.mkdir(exist_ok=True)
-    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, ""))
+    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, "", ()))
     cluster = Cluster.objects.create(name="box", driver="fake", options={
         "nodes": 1, "gpus_per_node": 0, "cpu_cores": 3, "memory_mib": 65536})
     cluster_sync_nodes(cluster=cluster)

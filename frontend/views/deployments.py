@@ -26,6 +26,7 @@ from mmodel.models import Deployment
 from mmodel.selectors.deployments import (
     deployment_embeds,
     deployment_last_cold_start,
+    deployment_pool,
     deployment_state,
     deployment_stats,
     deployment_waiting_reason,
@@ -38,6 +39,7 @@ from mmodel.services.deployments import (
     deployment_start,
     deployment_stop,
 )
+from mmodel.services.pools import pool_budget_mib
 
 # The window the charts show, a point a minute.
 CHART_MINUTES = 60
@@ -189,6 +191,10 @@ def deployment_detail_view(request, pk: int):
         "ready_count": sum(1 for replica in replicas if replica.ready),
         "waiting_reason": deployment_waiting_reason(deployment),
         "scale_form": DeploymentScaleForm(initial={"replicas": deployment.replicas}),
+        "pool": deployment_pool(deployment),
+        "pool_budget_mib": pool_budget_mib(
+            pool_memory_mib=deployment.pool_memory_mib,
+            memory_mib_per_replica=deployment.memory_mib_per_replica),
     }
     if request.GET.get("part") == "status":
         template = "frontend/mmodel/deployments/status.html"

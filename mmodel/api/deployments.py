@@ -21,6 +21,7 @@ from infra_os.api.viewsets import ScopedViewSet
 from mmodel.choices import DeploymentState, Runtime
 from mmodel.models import Deployment, DeploymentReplica, ModelVersion
 from mmodel.selectors.deployments import (
+    deployment_pool,
     deployment_serving,
     deployment_state,
     deployment_stats,
@@ -37,6 +38,13 @@ from mmodel.services.deployments import (
 )
 
 MAX_STATS_MINUTES = 7 * 24 * 60
+
+
+class PoolMemberInputSerializer(RejectUnknownFields, serializers.Serializer):
+    name = serializers.CharField(max_length=100,
+                                 help_text="The model name clients send to /v1/ for it.")
+    version = serializers.IntegerField(help_text="The model version's id: a LoRA adapter of "
+                                       "the deployment's version, or a whole model.")
 
 
 class DeploymentCreateSerializer(RejectUnknownFields, serializers.Serializer):
@@ -56,15 +64,32 @@ class DeploymentCreateSerializer(RejectUnknownFields, serializers.Serializer):
         min_value=0, default=0,
         help_text="Scale to zero after this long without requests (0: never); the next "
                   "request starts it again.")
+    pool = PoolMemberInputSerializer(
+        many=True, required=False, default=list,
+        help_text="Make it a pool: each replica also serves these versions, each under its "
+                  "own name (LoRA adapters on the one copy of the base; whole models loaded by "
+                  "demand within pool_memory_mib).")
+    pool_memory_mib = serializers.IntegerField(
+        min_value=0, max_value=16 * 1024 * 1024, default=0,
+        help_text="A pool's budget for whole models' weights per replica; the least recently "
+                  "used is evicted for another (0: half the replica's memory).")
+    max_loras = serializers.IntegerField(min_value=1, max_value=64, default=8,
+                                         help_text="LoRA adapters a pool's replica holds at "
+                                                   "once.")
 
     def validate(self, attrs):
         tenant, queue = tenant_and_queue(self.context["request"].user, attrs, "deploy models in")
-        version = ModelVersion.objects.select_related("model", "base_version") \
-            .filter(pk=attrs["version"], model__tenant=tenant).first()
-        if version is None:
+        wanted = [attrs["version"], *(member["version"] for member in attrs["pool"])]
+        found = {version.pk: version for version in ModelVersion.objects.select_related(
+            "model", "base_version").filter(pk__in=wanted, model__tenant=tenant)}
+        missing = next((pk for pk in wanted if pk not in found), None)
+        if missing is not None:
+            field = "version" if missing == attrs["version"] else "pool"
             raise serializers.ValidationError(
-                {"version": f"No model version {attrs['version']} in {tenant.name}."})
-        return {**attrs, "tenant": tenant, "queue": queue, "version": version}
+                {field: f"No model version {missing} in {tenant.name}."})
+        pool = [(member["name"], found[member["version"]]) for member in attrs["pool"]]
+        return {**attrs, "tenant": tenant, "queue": queue, "version": found[attrs["version"]],
+                "pool": pool}
 
 
 class DeploymentScaleSerializer(RejectUnknownFields, serializers.Serializer):
@@ -82,7 +107,9 @@ class ReplicaSerializer(serializers.ModelSerializer):
     class Meta:
         model = DeploymentReplica
         fields = ["index", "job", "job_state", "waiting_reason", "ready", "ready_since",
-                  "checked_at", "message", "failed", "upstream"]
+                  "checked_at", "message", "failed", "upstream", "holds"]
+        extra_kwargs = {"holds": {"help_text": "A pool's replica: the model names it held at "
+                                               "its last health check."}}
 
     def get_waiting_reason(self, replica) -> str:
         return job_waiting_reason(replica.job)
@@ -93,6 +120,15 @@ class ReplicaSerializer(serializers.ModelSerializer):
         if request is not None and is_platform_admin(request.user):
             return replica.upstream or None
         return None
+
+
+class PoolMemberSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    version = serializers.IntegerField()
+    version_label = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["base", "adapter", "model"])
+    held_by = serializers.ListField(child=serializers.IntegerField(),
+                                    help_text="Indexes of the replicas that hold it.")
 
 
 class DeploymentSerializer(serializers.ModelSerializer):
@@ -109,6 +145,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
     serving = serializers.SerializerMethodField(
         help_text="How an adapter version is served by the runtime (merged or attached), in "
                   "words; empty for a plain model.")
+    pool = serializers.SerializerMethodField(
+        help_text="A pool's models (its base first) and which replicas hold each; empty for "
+                  "a deployment that is not a pool.")
 
     class Meta:
         model = Deployment
@@ -116,8 +155,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
                   "runtime", "serving", "state", "waiting_reason", "replicas",
                   "gpus_per_replica", "gpu_model",
                   "cpu_per_replica", "memory_mib_per_replica", "idle_timeout_s", "active",
-                  "scaled_to_zero", "last_request_at", "replica_set", "created_by",
-                  "created_at", "updated_at"]
+                  "scaled_to_zero", "last_request_at", "pool", "pool_memory_mib", "max_loras",
+                  "replica_set", "created_by", "created_at", "updated_at"]
 
     @extend_schema_field(serializers.ChoiceField(choices=DeploymentState.choices))
     def get_state(self, deployment) -> str:
@@ -128,6 +167,10 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     def get_serving(self, deployment) -> str:
         return deployment_serving(deployment)
+
+    @extend_schema_field(PoolMemberSerializer(many=True))
+    def get_pool(self, deployment) -> list[dict]:
+        return deployment_pool(deployment)
 
 
 class DeploymentStatSerializer(serializers.Serializer):

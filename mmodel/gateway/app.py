@@ -156,12 +156,13 @@ async def _models(scope: Scope, send: Send, path: str) -> None:
     table = await routing.table()
     if path.rstrip("/") == "/v1/models":
         routes = [r for r in routing.visible_routes(table, caller.tenant_ids) if r.active]
+        served = [(route, name) for route in routes for name in (route.name, *route.members)]
         names: dict[str, int] = {}
-        for route in routes:
-            names[route.name] = names.get(route.name, 0) + 1
+        for _, name in served:
+            names[name] = names.get(name, 0) + 1
         data = sorted(
-            (_model_object(r, r.name if names[r.name] == 1 else f"{r.tenant_name}/{r.name}")
-             for r in routes),
+            (_model_object(r, name if names[name] == 1 else f"{r.tenant_name}/{name}")
+             for r, name in served),
             key=lambda item: item["id"])
         await send_json(send, 200, orjson.dumps({"object": "list", "data": data}))
         return
@@ -240,6 +241,7 @@ class _Exchange:
         "completion_tokens",
         "error",
         "events",
+        "member",
         "prompt_tokens",
         "recorded",
         "reported",
@@ -252,6 +254,8 @@ class _Exchange:
     def __init__(self, route: routing.Route, caller: auth.Caller, t0: float, started: float,
                  token_keys: tuple[str, str]) -> None:
         self.route = route
+        # The pool member asked for ("": the deployment's own model).
+        self.member = ""
         self.caller = caller
         self.t0 = t0
         self.started = started
@@ -264,6 +268,11 @@ class _Exchange:
         self.reported = False
         self.recorded = False
         self.cold_start_ms: float | None = None  # how long it waited for a replica
+
+    @property
+    def shown(self) -> str:
+        """The model name the caller asked for, as answers name it."""
+        return self.member or self.route.name
 
     @property
     def headers(self) -> list[tuple[bytes, bytes]]:
@@ -298,7 +307,7 @@ class _Exchange:
                      cold_start_ms=self.cold_start_ms)
         tokens = self.prompt_tokens + self.completion_tokens
         if tokens:
-            usage.add(TokenUse(tenant_id=route.tenant_id, model_name=route.name,
+            usage.add(TokenUse(tenant_id=route.tenant_id, model_name=self.shown,
                                prompt_tokens=self.prompt_tokens,
                                completion_tokens=self.completion_tokens,
                                started_at=self.started, ended_at=ended, source=new_source()))
@@ -318,11 +327,13 @@ async def _complete(scope: Scope, receive: Receive, send: Send, path: str,
         # Before the limits: a caller who may not spend the budget does not use it up either.
         raise may_not_call(route.tenant_name)
     token_keys = await limits.check(route, caller)
+    member = routing.member_of(route, payload["model"])
     # Before any replica (and before waking one): a prompt that cannot fit never reaches it.
     # (An embedding model's server cuts each text to the model's length itself.)
     if chat is not None:
-        await context.check(route.folder, payload, chat)
+        await context.check(route.members[member] if member else route.folder, payload, chat)
     exchange = _Exchange(route, caller, t0, started, token_keys)
+    exchange.member = member
     refusal = routing.state_error(route)
     if refusal is not None and route.active:
         waiting = time.perf_counter()
@@ -393,13 +404,13 @@ async def _forward(send: Send, route: routing.Route, payload: dict, path: str, s
     tried: set[int] = set()
     resent = False
     while True:
-        replica = routing.pick(route, tried)
+        replica = routing.pick(route, tried, exchange.member)
         if replica is None:
             exchange.error = True
             exchange.done()
             raise unavailable(f"No replica of `{route.name}` answers; retry shortly.",
                               "no_ready_replica", routing.STARTING_RETRY_AFTER_S)
-        payload["model"] = replica.served_model
+        payload["model"] = exchange.member or replica.served_model
         routing.begin(replica)
         try:
             response = await client.post(replica.upstream + path, data=orjson.dumps(payload),
@@ -438,7 +449,8 @@ async def _forward(send: Send, route: routing.Route, payload: dict, path: str, s
         if response.status != 200:
             await _relay_error(send, response, exchange)
         elif stream:
-            await _relay_stream(send, response, route, replica, client_wants_usage, exchange)
+            await _relay_stream(send, response, route, replica, payload["model"],
+                                client_wants_usage, exchange)
         else:
             await _relay_json(send, response, route, exchange)
     finally:
@@ -462,7 +474,7 @@ async def _relay_json(send: Send, response, route: routing.Route, exchange: _Exc
     if isinstance(answer, dict):
         exchange.usage_from(answer.get("usage"))
         if "model" in answer:
-            answer["model"] = route.name
+            answer["model"] = exchange.shown
             body = orjson.dumps(answer)
     exchange.done()
     await send_json(send, 200, body, exchange.headers)
@@ -492,10 +504,11 @@ async def _relay_error(send: Send, response, exchange: _Exchange) -> None:
 
 
 async def _relay_stream(send: Send, response, route: routing.Route, replica: routing.Replica,
-                        client_wants_usage: bool, exchange: _Exchange) -> None:
-    served = orjson.dumps(replica.served_model)
-    renames = [(b'"model":' + served, b'"model":' + orjson.dumps(route.name)),
-               (b'"model": ' + served, b'"model": ' + orjson.dumps(route.name))]
+                        sent_model: str, client_wants_usage: bool, exchange: _Exchange) -> None:
+    served = orjson.dumps(sent_model)
+    shown = orjson.dumps(exchange.shown)
+    renames = [(b'"model":' + served, b'"model":' + shown),
+               (b'"model": ' + served, b'"model": ' + shown)]
     renames = [(a, b) for a, b in renames if a != b]
     await send({"type": "http.response.start", "status": 200,
                 "headers": SSE_HEADERS + exchange.headers})

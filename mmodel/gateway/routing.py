@@ -1,6 +1,7 @@
 """The routing table: every deployment by name, with its ready replicas and its tenant's rate
 limits, loaded from the database every `REFRESH_S` seconds off the request path (the first
-load waits). Replicas are picked by least outstanding requests in this process."""
+load waits). Replicas are picked by least outstanding requests in this process; a request for
+a pool's member goes to a replica that holds it when one does (see `pick`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ REFRESH_S = 1.0
 # A replica that refused a connection stays out of this process's table this long, even if
 # the database still calls it ready (its unready mark is written in the background).
 SUSPECT_S = 10.0
+# A pool's member goes to the least busy replica that holds it, unless every holder has this
+# many more requests in flight than the least busy replica: then that one loads it too.
+SPREAD_AT = 4
 
 
 @dataclass(slots=True)
@@ -28,6 +32,8 @@ class Replica:
     id: int
     upstream: str
     served_model: str
+    # A pool's replica: the members it held at its last health check.
+    holds: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -54,6 +60,8 @@ class Route:
     # The folder with the served weights' config and tokenizer ("": unknown), for the context
     # check.
     folder: str = ""
+    # A pool's members: their model names and folders (as `folder`).
+    members: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -71,6 +79,8 @@ _generation = 0
 _outstanding: dict[int, int] = {}
 _suspect: dict[int, float] = {}
 _turn = itertools.count()
+# Where this process last sent each pool member: (deployment id, member) -> replica id.
+_placed: dict[tuple[int, str], int] = {}
 # Deployment keys by their stored (encrypted) form: decrypted once, not on every refresh.
 _keys: dict[str, str] = {}
 
@@ -78,7 +88,7 @@ _keys: dict[str, str] = {}
 def load_table() -> Table:
     """Read the table from the database (in a worker thread, or a test's thread)."""
     from aistation.choices import JobState
-    from mmodel.models import Deployment, DeploymentReplica, GatewayLimit
+    from mmodel.models import Deployment, DeploymentMember, DeploymentReplica, GatewayLimit
 
     routes: dict[int, Route] = {}
     overrides = {row.tenant_id: row for row in GatewayLimit.objects.all()}
@@ -97,20 +107,26 @@ def load_table() -> Table:
             name=dep.name, active=dep.active, scaled_to_zero=dep.scaled_to_zero,
             created=int(dep.created_at.timestamp()), limits=limits,
             headers=_headers(dep.api_key), folder=_folder(dep.version))
+    members = DeploymentMember.objects.filter(deployment_id__in=list(routes)) \
+        .select_related("version__base_version")
+    for member in members:
+        routes[member.deployment_id].members[member.name] = _folder(member.version)
     replicas = (DeploymentReplica.objects
                 .filter(deployment_id__in=list(routes), ready=True, job__state=JobState.RUNNING)
                 .exclude(upstream="").order_by("deployment_id", "index")
-                .values_list("pk", "deployment_id", "upstream", "served_model"))
+                .values_list("pk", "deployment_id", "upstream", "served_model", "holds"))
     now = time.monotonic()
-    for pk, deployment_id, upstream, served_model in replicas:
+    for pk, deployment_id, upstream, served_model, holds in replicas:
         if _suspect.get(pk, 0.0) > now:
             continue
         routes[deployment_id].replicas.append(
-            Replica(id=pk, upstream=upstream.rstrip("/"), served_model=served_model))
+            Replica(id=pk, upstream=upstream.rstrip("/"), served_model=served_model,
+                    holds=frozenset(holds or ())))
     by_name: dict[str, list[Route]] = {}
     for route in routes.values():
-        by_name.setdefault(route.name, []).append(route)
-        by_name.setdefault(f"{route.tenant_name}/{route.name}", []).append(route)
+        for name in (route.name, *route.members):
+            by_name.setdefault(name, []).append(route)
+            by_name.setdefault(f"{route.tenant_name}/{name}", []).append(route)
     return Table(by_name=by_name, loaded_at=time.monotonic())
 
 
@@ -187,12 +203,20 @@ async def table() -> Table:
 
 def visible_routes(tab: Table, tenant_ids: frozenset[int]) -> list[Route]:
     """The caller's deployments, once each."""
-    seen = []
+    seen: dict[int, Route] = {}
     for name, routes in tab.by_name.items():
         if "/" in name:
             continue
-        seen.extend(route for route in routes if route.tenant_id in tenant_ids)
-    return seen
+        for route in routes:
+            if route.tenant_id in tenant_ids:
+                seen.setdefault(route.deployment_id, route)
+    return list(seen.values())
+
+
+def member_of(route: Route, model: str) -> str:
+    """The pool member `model` (`name` or `tenant/name`) names in `route`; "" for its base."""
+    name = model.rsplit("/", 1)[-1]
+    return name if name in route.members else ""
 
 
 def resolve(tab: Table, model: str, tenant_ids: frozenset[int]) -> Route:
@@ -215,13 +239,32 @@ def resolve(tab: Table, model: str, tenant_ids: frozenset[int]) -> Route:
     return mine[0]
 
 
-def pick(route: Route, exclude: set[int] | None = None) -> Replica | None:
-    """The ready replica with the fewest requests in flight from this process (ties rotate)."""
+def pick(route: Route, exclude: set[int] | None = None, member: str = "") -> Replica | None:
+    """The ready replica with the fewest requests in flight from this process (ties rotate).
+    For a pool's `member`: the least busy replica that holds it (by its last health check, or
+    because this process sent it there last), unless all holders are SPREAD_AT requests busier
+    than the least busy replica; that one then loads it."""
     replicas = route.replicas
     count = len(replicas)
     if count == 1:
         replica = replicas[0]
         return None if exclude and replica.id in exclude else replica
+    best = _least_busy(replicas, exclude)
+    if not member or best is None:
+        return best
+    placed = _placed.get((route.deployment_id, member))
+    holder = _least_busy([r for r in replicas if member in r.holds or r.id == placed], exclude)
+    if holder is not None and \
+            _outstanding.get(holder.id, 0) - _outstanding.get(best.id, 0) < SPREAD_AT:
+        best = holder
+    if len(_placed) > 100_000:
+        _placed.clear()
+    _placed[(route.deployment_id, member)] = best.id
+    return best
+
+
+def _least_busy(replicas: list[Replica], exclude: set[int] | None) -> Replica | None:
+    count = len(replicas)
     best: Replica | None = None
     best_load = 0
     start = next(_turn)
@@ -284,3 +327,4 @@ def reset() -> None:
     _refreshing = None
     _outstanding.clear()
     _suspect.clear()
+    _placed.clear()

@@ -38,6 +38,10 @@ class Deployment(TimeStampedModel):
     # `ogai.crypto`: only the gateway and the platform's evaluation runner send it, so nothing
     # reaches a replica around the gateway's roles, limits and usage. Shown nowhere.
     api_key = models.TextField(blank=True, editable=False)
+    # A pool (one with members): the whole models' weights one replica holds at once (the
+    # least recently used is evicted for another), and the LoRA adapters it holds at once.
+    pool_memory_mib = models.PositiveIntegerField(default=0)
+    max_loras = models.PositiveIntegerField(default=8)
 
     class Meta:
         ordering = ["tenant", "name"]
@@ -49,6 +53,27 @@ class Deployment(TimeStampedModel):
 
     def __str__(self) -> str:
         return self.name
+
+
+class DeploymentMember(models.Model):
+    """Another version a pool deployment serves, under its own model name: a LoRA adapter of
+    the deployment's version (applied on the replica's one copy of that base), or a whole
+    model (loaded by demand within the pool's memory budget)."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="members")
+    name = models.CharField(max_length=100, validators=[model_name],
+                            help_text="The model name clients send to /v1/.")
+    version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT,
+                                related_name="pool_memberships")
+
+    class Meta:
+        ordering = ["deployment", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "name"], name="member_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} in {self.deployment}"
 
 
 class DeploymentReplica(models.Model):
@@ -78,6 +103,8 @@ class DeploymentReplica(models.Model):
     # start timeout while it never did) the watch replaces its job.
     unhealthy_since = models.DateTimeField(null=True, blank=True)
     answered = models.BooleanField(default=False)
+    # A pool's replica: the model names it held at its last health check.
+    holds = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["deployment", "index"]

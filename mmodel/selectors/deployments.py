@@ -9,9 +9,9 @@ from django.db.models import Prefetch, QuerySet
 from aistation.selectors import job_waiting_reason
 from infra_os.access import scope_to_user
 from infra_os.models import Tenant
-from mmodel.choices import DeploymentState
+from mmodel.choices import DeploymentState, Runtime
 from mmodel.gateway.stats import percentile
-from mmodel.models import Deployment, DeploymentReplica, DeploymentStat
+from mmodel.models import Deployment, DeploymentMember, DeploymentReplica, DeploymentStat
 from mmodel.runtimes import is_embedding_model
 from mmodel.services.adapters import adapter_serving, is_adapter
 from mmodel.storage import absolute
@@ -22,7 +22,9 @@ def deployments_for(user, tenant: Tenant | None = None) -> QuerySet[Deployment]:
     queryset = scope_to_user(
         Deployment.objects.select_related("tenant", "version__model", "queue", "created_by")
         .prefetch_related(Prefetch("replica_set", queryset=DeploymentReplica.objects
-                                   .select_related("job").order_by("index"))),
+                                   .select_related("job").order_by("index")),
+                          Prefetch("members", queryset=DeploymentMember.objects
+                                   .select_related("version__model").order_by("name"))),
         user)
     return queryset.filter(tenant=tenant) if tenant is not None else queryset
 
@@ -83,6 +85,28 @@ def deployment_embeds(deployment: Deployment) -> bool:
     version = deployment.version
     return bool(version.artifact_path) and not is_adapter(version) and \
         is_embedding_model(absolute(version.artifact_path))
+
+
+def deployment_pool(deployment: Deployment) -> list[dict]:
+    """A pool's members: name, version, kind, and the replicas (by index) that held each at
+    their last health check (the base's entry first); [] for a deployment that is no pool."""
+    members = list(deployment.members.all())
+    if not members:
+        return []
+    replicas = list(deployment.replica_set.all())
+
+    def held_by(name: str) -> list[int]:
+        # vLLM holds every adapter of its pool (in host memory, max_loras on the GPU).
+        return [r.index for r in replicas if r.ready and (
+            deployment.runtime == Runtime.VLLM or name in (r.holds or []))]
+
+    rows = [{"name": deployment.name, "version": deployment.version_id,
+             "version_label": deployment.version.label, "kind": "base",
+             "held_by": held_by(deployment.name)}]
+    rows += [{"name": m.name, "version": m.version_id, "version_label": m.version.label,
+              "kind": "adapter" if is_adapter(m.version) else "model",
+              "held_by": held_by(m.name)} for m in members]
+    return rows
 
 
 def deployment_serving(deployment: Deployment) -> str:

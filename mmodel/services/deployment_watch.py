@@ -63,18 +63,30 @@ class Probe:
     upstream: str
     ok: bool
     message: str
+    holds: tuple[str, ...] = ()
 
 
-def probe_health(upstream: str) -> tuple[bool, str]:
-    """(answered 200, why not). No proxies from the environment: the address is internal."""
+def probe_health(upstream: str) -> tuple[bool, str, tuple[str, ...]]:
+    """(answered 200, why not, the model names a pool's server says it holds). No proxies
+    from the environment: the address is internal."""
     try:
         with httpx.Client(timeout=HEALTH_TIMEOUT_S, trust_env=False) as client:
             response = client.get(f"{upstream}/health")
     except httpx.HTTPError as exc:
-        return False, f"its server does not answer yet ({type(exc).__name__})"
+        return False, f"its server does not answer yet ({type(exc).__name__})", ()
     if response.status_code != 200:
-        return False, f"its server's /health answered {response.status_code}"
-    return True, ""
+        return False, f"its server's /health answered {response.status_code}", ()
+    return True, "", _holds(response)
+
+
+def _holds(response: httpx.Response) -> tuple[str, ...]:
+    """What mmodel.runners.serve_pool's /health lists; () from any other server."""
+    try:
+        found = response.json().get("holds") or {}
+        names = [*found.get("models", []), *found.get("adapters", [])]
+    except (ValueError, AttributeError, TypeError):
+        return ()
+    return tuple(str(name) for name in names if isinstance(name, str))
 
 
 def _current_attempts(job_ids: list[int]) -> dict[int, str]:
@@ -112,9 +124,9 @@ def _probe_all(deployments: list[Deployment]) -> dict[int, Probe]:
     if targets:
         with ThreadPoolExecutor(max_workers=min(MAX_PROBES_AT_ONCE, len(targets))) as pool:
             answers = list(pool.map(lambda target: probe_health(target[3]), targets))
-        for (replica, job_id, workload_id, upstream), (ok, message) in zip(targets, answers,
-                                                                           strict=True):
-            found[replica.pk] = Probe(job_id, workload_id, upstream, ok, message)
+        for (replica, job_id, workload_id, upstream), (ok, message, holds) in zip(
+                targets, answers, strict=True):
+            found[replica.pk] = Probe(job_id, workload_id, upstream, ok, message, holds)
     return found
 
 
@@ -172,7 +184,7 @@ def _watch_replica(deployment: Deployment, replica: DeploymentReplica, probe: Pr
         became = not replica.ready
         _set(replica, ready=True, upstream=probe.upstream, workload_id=probe.workload_id,
              checked_at=now, message="", resubmits=0, unhealthy_since=None, answered=True,
-             ready_since=now if became else replica.ready_since)
+             ready_since=now if became else replica.ready_since, holds=list(probe.holds))
         result.ready += 1
         return
     # Not answering: counted from the first failed probe of this attempt (a new attempt of the

@@ -11,6 +11,7 @@ creator while they may still start work in its tenant, as a notebook's session i
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -25,7 +26,7 @@ from infra_os.choices import WRITE_ROLES
 from infra_os.models import Tenant
 from infra_os.services.audit import audit_record
 from mmodel.choices import Runtime, VersionStatus
-from mmodel.models import Deployment, DeploymentReplica, ModelVersion
+from mmodel.models import Deployment, DeploymentMember, DeploymentReplica, ModelVersion
 from mmodel.models.registry import model_name
 from mmodel.runtimes import ServeTarget, check_runtime, is_embedding_model, server_spec
 from mmodel.services.adapters import (
@@ -36,6 +37,7 @@ from mmodel.services.adapters import (
     merge_state,
     merged_folder,
 )
+from mmodel.services.pools import check_pool, pool_budget_mib, pool_target, taken_names
 from mmodel.storage import artifact_folder, data_mounts
 from ogai.crypto import decrypt, encrypt
 from podsys.drivers.base import ROLE_LABEL, ROLE_MODEL_SERVER
@@ -113,6 +115,9 @@ def serve_target(deployment: Deployment) -> tuple[ServeTarget | None, str]:
     """What the replicas serve, or (None, why not yet) while an adapter is being merged (or
     its merge failed)."""
     version = deployment.version
+    pool = pool_target(deployment)
+    if pool is not None:
+        return pool, ""
     if not is_adapter(version):
         return ServeTarget(artifact_folder(version)), ""
     assert version.base_version is not None  # checked when deployed
@@ -207,7 +212,7 @@ def replica_submit(actor, deployment: Deployment, replica: DeploymentReplica,
         # Only to its processes' environment: never in its command, env or any page.
         secret_env={spec.key_env: deployment_api_key(deployment)},
         # Where work is sandboxed, the weights it serves are all it sees of the data directory.
-        mounts=data_mounts([target.folder, target.adapter]),
+        mounts=data_mounts(target.folders()),
         labels={ROLE_LABEL: ROLE_MODEL_SERVER, OWNER_LABEL: f"the deployment {deployment.name}"},
     )
     replica.job, replica.served_model, replica.message = job, spec.served_model, reason
@@ -244,8 +249,11 @@ def deployment_create(*, actor, tenant: Tenant, name: str, version: ModelVersion
                       runtime: str = Runtime.TRANSFORMERS, replicas: int = 1,
                       gpus_per_replica: int = 0, gpu_model: str = "",
                       cpu_per_replica: float = 2.0, memory_mib_per_replica: int = 4096,
-                      idle_timeout_s: int = 0) -> Deployment:
-    """Deploy `version` under the model name `name`: one service job per replica."""
+                      idle_timeout_s: int = 0, pool: Sequence[tuple[str, ModelVersion]] = (),
+                      pool_memory_mib: int = 0, max_loras: int = 8) -> Deployment:
+    """Deploy `version` under the model name `name`: one service job per replica. With `pool`
+    ((name, version) pairs) each replica also serves those versions under their names: see
+    `mmodel.services.pools`."""
     require_role(actor, tenant, WRITE_ROLES)
     try:
         model_name(name)
@@ -253,6 +261,9 @@ def deployment_create(*, actor, tenant: Tenant, name: str, version: ModelVersion
         raise ValidationError({"name": exc.messages}) from None
     if Deployment.objects.filter(tenant=tenant, name=name).exists():
         raise ValidationError({"name": f"{tenant.name} already has a deployment {name!r}."})
+    if name in taken_names(tenant):
+        raise ValidationError({"name": f"{tenant.name} already serves a model {name!r} in a "
+                               "pool."})
     _check_version(version, tenant)
     if queue.tenant_id != tenant.pk or not queue.is_active:
         raise ValidationError({"queue": f"No active queue {queue.name!r} in {tenant.name}."})
@@ -262,12 +273,21 @@ def deployment_create(*, actor, tenant: Tenant, name: str, version: ModelVersion
     _check_runtime_serves(version, runtime)
     check_runtime(runtime, queue.cluster.driver)
     _check_capacity(queue, replicas=replicas, gpus=gpus_per_replica)
+    if pool:
+        check_pool(tenant=tenant, name=name, version=version, runtime=runtime, members=pool,
+                   budget_mib=pool_budget_mib(pool_memory_mib=pool_memory_mib,
+                                              memory_mib_per_replica=memory_mib_per_replica),
+                   max_loras=max_loras)
     deployment = Deployment.objects.create(
         tenant=tenant, name=name, version=version, queue=queue, runtime=runtime,
         replicas=replicas, gpus_per_replica=gpus_per_replica,
         gpu_model=gpu_model if gpus_per_replica else "", cpu_per_replica=cpu_per_replica,
         memory_mib_per_replica=memory_mib_per_replica, idle_timeout_s=idle_timeout_s,
-        created_by=actor, api_key=encrypt(secrets.token_urlsafe(32)))
+        created_by=actor, api_key=encrypt(secrets.token_urlsafe(32)),
+        pool_memory_mib=pool_memory_mib, max_loras=max_loras)
+    DeploymentMember.objects.bulk_create(
+        DeploymentMember(deployment=deployment, name=member_name, version=member)
+        for member_name, member in pool)
     if _needs_merge(deployment):
         _request_merge(version)
     for index in range(replicas):
@@ -275,7 +295,8 @@ def deployment_create(*, actor, tenant: Tenant, name: str, version: ModelVersion
         replica_submit(actor, deployment, replica, f"started by {actor.get_username()}")
     audit_record(actor=actor, action="deployment.create", obj=deployment, tenant=tenant,
                  changes={"version": version.label, "runtime": runtime, "replicas": replicas,
-                          "gpus_per_replica": gpus_per_replica, "queue": queue.name})
+                          "gpus_per_replica": gpus_per_replica, "queue": queue.name,
+                          **({"pool": {n: m.label for n, m in pool}} if pool else {})})
     return deployment
 
 

@@ -75,7 +75,7 @@ def test_other_training_runs_are_left_to_their_owners(trained, eager):
 
 def test_the_demo_deployment_sleeps_when_idle_and_a_request_wakes_it(trained, eager, farm,
                                                                      monkeypatch):
-    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, ""))
+    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, "", ()))
     run = trained("demo", DEMO_TRAINING["name"])
     training_run_succeeded.send(TrainingRun, run=run)
     deployment = Deployment.objects.get(tenant=run.tenant)

@@ -46,14 +46,15 @@ def healthy(monkeypatch):
     class Health:
         down: set[str] = set()
         asked: list[str] = []
+        holds: dict[str, tuple[str, ...]] = {}
 
     health = Health()
 
     def probe(upstream):
         health.asked.append(upstream)
         if upstream in health.down:
-            return False, "its server does not answer yet (ConnectTimeout)"
-        return True, ""
+            return False, "its server does not answer yet (ConnectTimeout)", ()
+        return True, "", health.holds.get(upstream, ())
 
     monkeypatch.setattr(deployment_watch, "probe_health", probe)
     return health

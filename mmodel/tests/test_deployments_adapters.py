@@ -21,12 +21,12 @@ def data_dir(settings, tmp_path):
     return settings.DATA_DIR
 
 
-def lora_adapter(base, folder):
+def lora_adapter(base, folder, seed: int = 1):
     """A LoRA adapter of the tiny model whose update is not zero (peft starts B at zero)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                         init_lora_weights=False)

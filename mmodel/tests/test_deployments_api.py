@@ -18,7 +18,7 @@ URL = "/api/v1/mmodel/deployments/"
 
 @pytest.fixture(autouse=True)
 def healthy(monkeypatch):
-    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, ""))
+    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, "", ()))
 
 
 def create(api, user, **body):

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from aistation.choices import JobState
 from infra_os.services.tokens import api_token_create
+from mmodel.choices import WeightsFormat
 from mmodel.models import (
     Benchmark,
     Deployment,
@@ -425,7 +426,7 @@ def test_eval_leaderboard_says_which_scores_a_limit_cut_short(as_member, world, 
 def test_deploy_create_wait_list_scale_stop_start_delete(as_member, farm, world, make_version,
                                                          live_server, capsys, monkeypatch):
     make_version(world.alpha)
-    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, ""))
+    monkeypatch.setattr(deployment_watch, "probe_health", lambda upstream: (True, "", ()))
     monkeypatch.setattr(cli, "_pause", lambda seconds: (farm.cycle(), deployments_watch()))
     code, out, err = ogai(capsys, "deploy", "create", "chat", "--version", "tiny",
                           "--replicas", 2, "--gpus", 1, "--memory", "8Gi", "-w")
@@ -478,6 +479,36 @@ def test_deploy_create_wait_list_scale_stop_start_delete(as_member, farm, world,
     assert not Deployment.objects.exists()
     code, _, err = ogai(capsys, "deploy", "show", "chat")
     assert code == 1 and "deployment chat not found" in err
+
+
+@live
+def test_deploy_create_a_pool_and_show_what_its_replica_holds(as_member, farm, world,
+                                                              make_version, capsys,
+                                                              monkeypatch):
+    base = make_version(world.alpha)
+    adapter = make_version(world.alpha, number=2)
+    adapter.format, adapter.base_version = WeightsFormat.ADAPTER, base
+    adapter.save()
+    monkeypatch.setattr(deployment_watch, "probe_health",
+                        lambda upstream: (True, "", ("tiny", "tuned")))
+    code, out, err = ogai(capsys, "deploy", "create", "tiny", "--version", "tiny:v1",
+                          "--pool", "tuned=tiny:v2", "--max-loras", 2, "--pool-memory", "1Gi")
+    assert code == 0, err
+    deployment = Deployment.objects.get()
+    assert (deployment.max_loras, deployment.pool_memory_mib) == (2, 1024)
+    assert [(m.name, m.version_id) for m in deployment.members.all()] == [("tuned", adapter.pk)]
+    farm.cycle()
+    deployments_watch()
+    code, out, err = ogai(capsys, "deploy", "show", "tiny")
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    title = next(i for i, line in enumerate(lines) if line[:4] == ["models", "in", "this",
+                                                                   "pool"])
+    assert lines[title + 2:title + 4] == [["tiny", "base", "tiny:v1", "replica", "0"],
+                                          ["tuned", "adapter", "tiny:v2", "replica", "0"]]
+    code, _, err = ogai(capsys, "deploy", "create", "x", "--version", "tiny", "--pool",
+                        "nothing")
+    assert code == 2 and "give NAME=MODEL[:vN], not 'nothing'" in err
 
 
 # -- chat through the gateway (a stub of it) ----------------------------------------------------
