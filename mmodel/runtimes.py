@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from mmodel.choices import Runtime
-from mmodel.runners import serve_embeddings, serve_pool, serve_transformers
+from mmodel.runners import replica_guard, serve_embeddings, serve_pool, serve_transformers
 from podsys.drivers import DriverError, driver_class
 from podsys.drivers.base import SERVICE_PORT_ARG
 
@@ -205,7 +205,13 @@ def _launcher(module, *, local: bool, images: bool) -> list[str]:
 
 @cache
 def _launcher_source(module) -> str:
-    return Path(module.__file__).read_text()
+    """A runner as one program: the key guard's text, then the runner's without its import
+    of the guard."""
+    text = Path(module.__file__).read_text()
+    if replica_guard.IMPORT_LINE not in text:
+        raise ValueError(f"{module.__name__} does not import the key guard")
+    guard = Path(replica_guard.__file__).read_text()
+    return guard + "\n\n" + text.replace(replica_guard.IMPORT_LINE, "", 1)
 
 
 def is_embedding_model(folder: Path) -> bool:

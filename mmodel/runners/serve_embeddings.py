@@ -11,21 +11,21 @@ burst of one-line requests costs a few model calls, not one each. Each text is c
 `max_seq_length` tokens, as sentence-transformers does; `usage.prompt_tokens` counts the tokens
 encoded.
 
-Self-contained (sentence-transformers, Starlette, uvicorn and the standard library only): where
-a cluster runs images, the platform hands this file's text to the image's `python -c`.
+Self-contained (sentence-transformers, Starlette, uvicorn and the standard library only, with
+`mmodel.runners.replica_guard`): where a cluster runs images, the platform hands the image's
+`python -c` the guard's text and this file's.
 """
 
 import argparse
 import asyncio
 import base64
-import hmac
 import json
 import os
 import sys
 
-KEY_ENV = "OGAI_REPLICA_API_KEY"
+from mmodel.runners.replica_guard import KEY_ENV, guarded
+
 MAX_INPUTS = 2048  # OpenAI's bound on the texts of one request
-OPEN = frozenset({("GET", "/health")})
 
 
 def _error(status: int, message: str, code: str, param: str | None = None):
@@ -151,29 +151,6 @@ def build_app(model, name: str, key: str, max_batch: int = 64):
     app = Starlette(routes=[Route("/health", health), Route("/v1/models", models),
                             Route("/v1/embeddings", embeddings, methods=["POST"])])
     return guarded(app, key)
-
-
-def guarded(app, key: str):
-    """`app` (ASGI) answering only requests with the key, but for OPEN ones."""
-    expected = b"Bearer " + key.encode()
-    refusal = json.dumps({"error": {
-        "message": "This model server answers only the platform's gateway: call the model "
-                   "there.", "type": "invalid_request_error", "param": None,
-        "code": "invalid_api_key"}}).encode()
-
-    async def asgi(scope, receive, send):
-        if scope["type"] == "http" and (scope.get("method"), scope["path"]) not in OPEN:
-            sent = next((value for header, value in scope["headers"]
-                         if header == b"authorization"), b"")
-            if not hmac.compare_digest(sent, expected):
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(refusal)).encode())]})
-                await send({"type": "http.response.body", "body": refusal})
-                return
-        await app(scope, receive, send)
-
-    return asgi
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,14 +19,14 @@ adapter (PEFT's mixed-adapter batch), so the fine-tunes of one base share every 
 Loads and evictions happen only between batches: nothing is evicted under a request that runs.
 Each row of a batch ends at its own end of text, stop string or max_tokens.
 
-Self-contained (torch, transformers, PEFT, Starlette, uvicorn and the standard library only):
-where a cluster runs images, the platform hands this file's text to the image's `python -c`.
+Self-contained (torch, transformers, PEFT, Starlette, uvicorn and the standard library only,
+with `mmodel.runners.replica_guard`): where a cluster runs images, the platform hands the
+image's `python -c` the guard's text and this file's.
 """
 
 import argparse
 import asyncio
 import collections
-import hmac
 import json
 import os
 import queue
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KEY_ENV = "OGAI_REPLICA_API_KEY"
-OPEN = frozenset({("GET", "/health")})
+from mmodel.runners.replica_guard import KEY_ENV, guarded
+
 DEFAULT_MAX_TOKENS = 256
 BASE_ROW = "__base__"  # PEFT's name for a row of a mixed batch that takes no adapter
 SWITCHES_KEPT = 1000  # recent adapter switch and load times, for /health's p99
@@ -596,29 +596,6 @@ async def _stream(events: asyncio.Queue, pending: Pending, *, chat: bool, ident:
     finally:
         if not pending.done:  # the client went away: the worker drops its row
             pending.cancelled = True
-
-
-def guarded(app, key: str):
-    """`app` (ASGI) answering only requests with the key, but for OPEN ones."""
-    expected = b"Bearer " + key.encode()
-    refusal = json.dumps({"error": {
-        "message": "This model server answers only the platform's gateway: call the model "
-                   "there.", "type": "invalid_request_error", "param": None,
-        "code": "invalid_api_key"}}).encode()
-
-    async def asgi(scope, receive, send):
-        if scope["type"] == "http" and (scope.get("method"), scope["path"]) not in OPEN:
-            sent = next((value for header, value in scope["headers"]
-                         if header == b"authorization"), b"")
-            if not hmac.compare_digest(sent, expected):
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(refusal)).encode())]})
-                await send({"type": "http.response.body", "body": refusal})
-                return
-        await app(scope, receive, send)
-
-    return asgi
 
 
 def _named(values: list[str], flag: str) -> dict[str, str]:

@@ -11,46 +11,20 @@ the base its adapter_config.json names, as PEFT's model, whose generate() prepen
 (without continuous batching, which would run the base's forward alone). A multi-task prompt
 serves one task: the one named by OGAI_PROMPT_TASK, else the first of its prompt_tasks.json.
 
-Self-contained (transformers, PEFT for attached prompts, and the standard library only): where
-a cluster runs images, the platform hands this file's text to the image's `python -c`.
+Self-contained (transformers, PEFT for attached prompts, and the standard library only, with
+`mmodel.runners.replica_guard`): where a cluster runs images, the platform hands the image's
+`python -c` the guard's text and this file's.
 """
 
-import hmac
 import json
 import os
 import sys
 
-KEY_ENV = "OGAI_REPLICA_API_KEY"
+from mmodel.runners.replica_guard import KEY_ENV, guarded
+
 ATTACH_FLAG = "--attach-prompt-adapter"
 TASK_ENV = "OGAI_PROMPT_TASK"
 PROMPT_PEFT_TYPES = ("PROMPT_TUNING", "MULTITASK_PROMPT_TUNING")
-OPEN = frozenset({("GET", "/health")})
-REFUSAL = json.dumps({"error": {
-    "message": "This model server answers only the platform's gateway: call the model there.",
-    "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}).encode()
-
-
-def guarded(app, key: str):
-    """`app` (ASGI) answering only requests with the key, but for OPEN ones."""
-    expected = b"Bearer " + key.encode()
-
-    async def asgi(scope, receive, send):
-        kind = scope["type"]
-        if kind in ("http", "websocket") and (scope.get("method"), scope["path"]) not in OPEN:
-            sent = next((value for name, value in scope["headers"] if name == b"authorization"),
-                        b"")
-            if not hmac.compare_digest(sent, expected):
-                if kind == "websocket":
-                    await send({"type": "websocket.close", "code": 1008})
-                    return
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                    (b"content-length", str(len(REFUSAL)).encode())]})
-                await send({"type": "http.response.body", "body": REFUSAL})
-                return
-        await app(scope, receive, send)
-
-    return asgi
 
 
 def prompt_task_index(folder: str, wanted: str) -> int:

@@ -40,7 +40,7 @@ from mmodel.models import (
     Model,
     ModelVersion,
 )
-from mmodel.runners.serve_transformers import guarded
+from mmodel.runners.replica_guard import guarded
 from mmodel.tests.tiny import tiny_model
 from ogai.crypto import encrypt
 
@@ -829,7 +829,7 @@ def _with_health(app):
 
 @pytest.fixture(scope="module")
 def keyed_servers():
-    """Two model servers, each behind the launcher's check (`serve_transformers.guarded`)
+    """Two model servers, each behind the launcher's check (`replica_guard.guarded`)
     with its own deployment's key."""
     seen: list = []
     servers = {key: _serve(guarded(_with_health(stub_app(seen)), key))

@@ -2,14 +2,12 @@
 the API shows of which replica holds what."""
 
 import itertools
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
 
 from mmodel.choices import VersionSource, VersionStatus, WeightsFormat
 from mmodel.models import DeploymentMember, DeploymentReplica, Model, ModelVersion
-from mmodel.runners import serve_pool
 from mmodel.services import deployment_watch
 from mmodel.services.deployment_watch import deployments_watch
 from mmodel.services.deployments import deployment_create
@@ -62,7 +60,7 @@ def test_a_pools_replica_serves_its_base_adapters_and_whole_models(farm, world, 
     for replica in DeploymentReplica.objects.filter(deployment=deployment):
         command = replica.job.command
         # A cluster of images gets the runner as its source text.
-        assert command[:3] == ["python", "-c", Path(serve_pool.__file__).read_text()]
+        assert command[:2] == ["python", "-c"] and "class Pool:" in command[2]
         pairs = list(itertools.pairwise(command))
         assert ("--base", f"tiny={data_dir / 'models' / 'base'}") in pairs
         assert ("--adapter", f"tune-a={data_dir / 'models' / 'a'}") in pairs

@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
-from mmodel.runners import serve_transformers
+from mmodel.runners import serve_embeddings, serve_pool, serve_transformers
 from mmodel.runtimes import (
     CPU_BATCH_TOKENS,
     MAX_BLOCKS,
     PAGE_TOKENS,
     SERVER_PORT,
     ServeTarget,
+    _launcher_source,
     check_runtime,
     kv_block_bytes,
     server_spec,
@@ -99,7 +100,7 @@ def test_in_an_image_the_server_answers_on_the_fixed_port(settings):
     server = spec(driver="kubernetes")
     # The image has transformers, not the platform: the launcher comes as its source.
     assert server.command[:2] == ["python", "-c"] and server.command[3] == "serve"
-    assert server.command[2] == Path(serve_transformers.__file__).read_text()
+    assert server.command[2] == _launcher_source(serve_transformers)
     assert server.image == "registry.example/serving:5.24"
     assert server.port == SERVER_PORT and arg(server.command, "--host") == "0.0.0.0"  # noqa: S104
 
@@ -181,3 +182,21 @@ def test_a_sentence_embedding_model_is_served_by_the_embeddings_runtime(settings
     settings.OGAI_VLLM_COMMAND = "vllm"
     with pytest.raises(ValueError, match="transformers runtime"):
         spec(runtime="vllm", folder=folder)
+
+
+@pytest.mark.parametrize(("module", "args"), [
+    (serve_transformers, ["serve", "/models/x", "--port", "8000"]),
+    (serve_embeddings, ["/models/x", "--port", "8000"]),
+    (serve_pool, ["--base", "x=/models/x", "--memory-budget-mib", "64", "--port", "8000"]),
+])
+def test_an_images_runner_is_one_program_with_its_key_guard_and_no_platform_code(
+        module, args, tmp_path):
+    """What an image's `python -c` gets runs with the standard library alone (no site, so no
+    platform code either) up to its refusal to start without the deployment's key."""
+    source = _launcher_source(module)
+    assert source.count("def guarded(") == 1
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", source, *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode != 0
+    assert "OGAI_REPLICA_API_KEY is not set" in done.stderr, done.stderr
