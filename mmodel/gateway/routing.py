@@ -19,6 +19,9 @@ from mmodel.gateway.errors import GatewayError, bad_request, model_not_found
 logger = logging.getLogger("mmodel.gateway")
 
 REFRESH_S = 1.0
+# A table this old was not refreshed in the background (its loop stopped, or the database
+# was slow): the next request loads one itself.
+STALE_S = 10 * REFRESH_S
 # A replica that refused a connection stays out of this process's table this long, even if
 # the database still calls it ready (its unready mark is written in the background).
 SUSPECT_S = 10.0
@@ -196,7 +199,7 @@ async def refresh() -> Table:
 
 async def table() -> Table:
     current = _table
-    if current is None:
+    if current is None or time.monotonic() - current.loaded_at > STALE_S:
         current = await refresh()
     return current
 

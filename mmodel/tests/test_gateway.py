@@ -1026,3 +1026,14 @@ def test_a_real_replica_answers_only_the_gateway_and_outlives_a_long_prompt(gw, 
     assert caught.value.body["code"] == "context_length_exceeded"
     assert ask().usage.completion_tokens > 0  # the next request is served
     assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_a_table_the_background_did_not_refresh_is_loaded_by_the_next_request(gw):
+    """The background refresh runs on the server's loop; where it stopped, a stale table would
+    keep answering 404 for a model deployed since. The next request loads a fresh one."""
+    old = routing.reload_now()
+    gw.deploy("late")  # reloads; put the old table back, aged past STALE_S
+    routing._table = routing.Table(by_name=old.by_name,
+                                   loaded_at=old.loaded_at - routing.STALE_S - 1)
+    assert "late" not in routing._table.by_name
+    assert gw.post("/v1/chat/completions", chat("late")).status_code == 200
