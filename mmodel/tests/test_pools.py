@@ -167,3 +167,14 @@ def test_another_tenants_version_cannot_join_a_pool(api, farm, world, family):
     with pytest.raises(ValidationError):  # nor through the service
         create(world, farm, family, pool=[("stolen", version)])
     assert not DeploymentMember.objects.exists()
+
+
+def test_a_version_a_pool_serves_is_not_deleted(farm, world, family):
+    from mmodel.services.registry import version_delete
+
+    create(world, farm, family, pool=[("tune-a", family.a)])
+    with pytest.raises(ValidationError) as refused:
+        version_delete(actor=world.alpha_member, version=family.a)
+    assert refused.value.message_dict["version"] == \
+        ["tiny:v2 is deployed as tiny: delete those deployments first."]
+    assert ModelVersion.objects.filter(pk=family.a.pk).exists()
