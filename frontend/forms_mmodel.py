@@ -65,10 +65,13 @@ class BenchmarkCreateForm(forms.Form):
                            "'_' and '-'.")
     kind = forms.ChoiceField(choices=BenchmarkKind.choices)
     file = forms.FileField(label="Data (JSONL)",
-                           help_text="One JSON object a line: the documents to score.")
+                           help_text="One JSON object a line: the documents to score; "
+                           'retrieval: passages {"id", "text"} and queries {"query", '
+                           '"relevant": [ids]}.')
     prompt_template = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 2, "class": "mono"}),
-        help_text="Jinja over a document's fields, e.g. {{question}}; not for perplexity.")
+        help_text="Jinja over a document's fields, e.g. {{question}}; not for perplexity or "
+        "retrieval.")
     target_template = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 1, "class": "mono"}),
         help_text="The expected answer: for multiple choice the index of the right choice, "
@@ -126,6 +129,17 @@ class DeploymentCreateForm(forms.Form):
     idle_timeout_s = forms.IntegerField(
         label="Scale to zero after (seconds idle)", min_value=0, max_value=30 * 24 * 3600,
         initial=0, help_text="0: never. A request to a model scaled to zero starts it again.")
+    pool = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3, "class": "mono"}),
+        help_text="Make it a pool: one NAME=VERSION a line (e.g. support=tiny:v4), each served "
+                  "under NAME by the same replicas: LoRA adapters of the version above, or "
+                  "whole models.")
+    pool_memory_mib = forms.IntegerField(
+        label="Pool memory for whole models (MiB)", min_value=0, max_value=16 * 1024 * 1024,
+        initial=0, required=False,
+        help_text="The least recently used is evicted past it. 0: half the replica's memory.")
+    max_loras = forms.IntegerField(label="LoRA adapters held at once", min_value=1,
+                                   max_value=64, initial=8, required=False)
 
     def __init__(self, *args, versions, queues, **kwargs):
         super().__init__(*args, **kwargs)
@@ -133,6 +147,29 @@ class DeploymentCreateForm(forms.Form):
         self.fields["version"].label_from_instance = model_version_label
         self.fields["queue"].queryset = queues
         self.fields["queue"].label_from_instance = queue_label
+
+    def clean_pool_memory_mib(self) -> int:
+        return self.cleaned_data["pool_memory_mib"] or 0
+
+    def clean_max_loras(self) -> int:
+        return self.cleaned_data["max_loras"] or 8
+
+    def clean_pool(self) -> list[tuple[str, object]]:
+        """[(name, version)] of the lines, each version one of the ready ones offered."""
+        by_label = {version.label: version
+                    for version in self.fields["version"].queryset.select_related("model")}
+        members = []
+        for number, line in enumerate(self.cleaned_data["pool"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            name, sep, label = (part.strip() for part in line.partition("="))
+            if not sep or not name or not label:
+                raise forms.ValidationError(f"Line {number}: write NAME=VERSION, e.g. "
+                                            "support=tiny:v4.")
+            if label not in by_label:
+                raise forms.ValidationError(f"Line {number}: no ready version {label} here.")
+            members.append((name, by_label[label]))
+        return members
 
 
 class DeploymentScaleForm(forms.Form):

@@ -454,6 +454,33 @@ def test_a_deployment_is_created_scaled_and_stopped_from_its_pages(signed_in, ca
     assert not Deployment.objects.filter(pk=deployment.pk).exists()
 
 
+def test_a_pool_is_made_from_the_form_and_its_page_lists_its_models(signed_in, catalog):
+    client = signed_in(catalog.world.alpha_member)
+    made = catalog.alpha
+    form = {"version": made.imported.pk, "name": "family",
+            "queue": catalog.farm.queues["alpha"].pk, "runtime": "transformers", "replicas": 1,
+            "gpus_per_replica": 0, "cpu_per_replica": 1, "memory_mib_per_replica": 2048,
+            "idle_timeout_s": 0, "max_loras": 4}
+    for pool, words in (("other", "write NAME=VERSION"),
+                        # Another tenant's version is not offered: not found, like a missing one.
+                        ("theirs=beta-llama:v1", "no ready version beta-llama:v1"),
+                        ("first=alpha-llama:v1\nfirst=alpha-llama:v1", "used twice")):
+        refused = client.post(reverse("frontend:deployment-create"), {**form, "pool": pool})
+        assert refused.status_code == 400
+        assert words in str(refused.context["form"].errors["pool"])
+    assert not Deployment.objects.filter(name="family").exists()
+
+    response = client.post(reverse("frontend:deployment-create"),
+                           {**form, "pool": "first=alpha-llama:v1\n"})
+    assert response.status_code == 302
+    deployment = Deployment.objects.get(name="family")
+    assert [(m.name, m.version) for m in deployment.members.all()] == [("first", made.trained)]
+    assert deployment.max_loras == 4
+    page = client.get(reverse("frontend:deployment", args=[deployment.pk])).content.decode()
+    assert 'data-member="family"' in page and 'data-member="first"' in page
+    assert "no replica yet: the next request loads it" in page
+
+
 def test_an_import_outside_the_allowed_roots_is_refused_on_the_form(signed_in, catalog,
                                                                      tmp_path):
     response = signed_in(catalog.world.alpha_member).post(reverse("frontend:model-import"), {
