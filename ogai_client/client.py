@@ -908,9 +908,10 @@ class OgaiClient:
                          choices_template: str = "", text_field: str = "", few_shot: int = 0,
                          metrics: list[str] | None = None,
                          generation_kwargs: dict | None = None) -> Benchmark:
-        """Upload a JSONL file as a benchmark (`kind`: multiple_choice, generation or
-        perplexity). The server checks every document against the templates: a mistake is an
-        OgaiError naming the field and the line."""
+        """Upload a JSONL file as a benchmark (`kind`: multiple_choice, generation,
+        perplexity or retrieval). The server checks every document against the templates (a
+        retrieval file: its passages and queries): a mistake is an OgaiError naming the field
+        and the line."""
         path = Path(path)
         fields: dict[str, str | list[str]] = {"name": name, "kind": kind,
                                               "description": description,
@@ -1044,6 +1045,16 @@ class OgaiClient:
             if value is not None:
                 body[key] = value
         return Deployment.from_api(self._request("POST", f"{MMODEL}/deployments/", json=body))
+
+    def add_to_pool(self, deployment_id: int, name: str, version: int) -> Deployment:
+        """Serve version `version` in the pool as `name`; its running replicas start again."""
+        return Deployment.from_api(self._request(
+            "POST", f"{MMODEL}/deployments/{deployment_id}/pool/",
+            json={"name": name, "version": int(version)}))
+
+    def remove_from_pool(self, deployment_id: int, name: str) -> Deployment:
+        return Deployment.from_api(self._request(
+            "DELETE", f"{MMODEL}/deployments/{deployment_id}/pool/{name}/"))
 
     def scale_deployment(self, deployment_id: int, replicas: int) -> Deployment:
         return Deployment.from_api(self._request(

@@ -52,7 +52,7 @@ from ogai_client.ylink import (
     _when,
 )
 
-BENCHMARK_KINDS = ("multiple_choice", "generation", "perplexity")
+BENCHMARK_KINDS = ("multiple_choice", "generation", "perplexity", "retrieval")
 RUNTIMES = ("transformers", "vllm")
 STYLES = {**STATE_STYLES, "ready": "green", "importing": "cyan", "degraded": "yellow",
           "scaled_to_zero": "dim"}
@@ -807,6 +807,29 @@ def cmd_deploy_show(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def cmd_deploy_pool(args: argparse.Namespace, ctx: Context) -> int:
+    """Add a model to a pool (`NAME=MODEL[:vN]`) or remove one (`NAME`)."""
+    client = ctx.client()
+    deployment = client.find_deployment(args.name, tenant=args.tenant)
+    if args.action == "add":
+        member, version = args.member
+        found = client.find_version(version, tenant=deployment.tenant)
+        deployment = client.add_to_pool(deployment.id, member, found.id)
+        done = f"serves {member} ({found.label})"
+    else:
+        member = args.member[0]
+        deployment = client.remove_from_pool(deployment.id, member)
+        done = f"no longer serves {member}"
+    ctx.out.print(Text.assemble(f"pool {deployment.name} {done}; its running replicas start "
+                                "again, ", _state(deployment.state)))
+    return 0
+
+
+def _pool_change(value: str) -> tuple[str, ...]:
+    name, sep, version = value.partition("=")
+    return (name, version) if sep else (name,)
+
+
 def _deployment_action(action: str) -> Callable[[argparse.Namespace, Context], int]:
     def handler(args: argparse.Namespace, ctx: Context) -> int:
         client = ctx.client()
@@ -1108,6 +1131,12 @@ def add_commands(commands: Any, command: Callable[..., Any]) -> None:
     d_scale.add_argument("replicas", type=_positive_int, metavar="N")
     tenant(d_scale)
     wait_options(d_scale)
+    d_pool = command(deploys, "pool", cmd_deploy_pool,
+                     "add a model to a pool (NAME=MODEL[:vN]) or remove one (NAME)")
+    d_pool.add_argument("action", choices=("add", "remove"))
+    d_pool.add_argument("name", metavar="DEPLOYMENT")
+    d_pool.add_argument("member", type=_pool_change, metavar="NAME[=MODEL[:vN]]")
+    tenant(d_pool)
     d_stop = command(deploys, "stop", _deployment_action("stop"),
                      "stop every replica (the deployment stays)")
     d_stop.add_argument("name", metavar="NAME")

@@ -36,6 +36,7 @@ from mmodel.services.deployments import (
     deployment_start,
     deployment_stop,
 )
+from mmodel.services.pool_members import pool_member_add, pool_member_remove
 
 MAX_STATS_MINUTES = 7 * 24 * 60
 
@@ -195,7 +196,8 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scoped
     selector = deployments_for
     output_serializer_class = DeploymentSerializer
     input_serializer_classes = {"create": DeploymentCreateSerializer,
-                                "scale": DeploymentScaleSerializer}
+                                "scale": DeploymentScaleSerializer,
+                                "pool_add": PoolMemberInputSerializer}
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator has no user
@@ -228,6 +230,30 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scoped
         deployment = self.get_object()
         deployment_scale(actor=request.user, deployment=deployment,
                          replicas=self.validated_input()["replicas"])
+        return self.respond(self.reload(deployment), http_status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=PoolMemberInputSerializer, responses={202: DeploymentSerializer})
+    @action(detail=True, methods=["post"], url_path="pool")
+    def pool_add(self, request, pk=None):
+        """Serve another version in this pool under its own name; running replicas start
+        again to load it."""
+        deployment = self.get_object()
+        wanted = self.validated_input()
+        version = ModelVersion.objects.select_related("model", "base_version").filter(
+            pk=wanted["version"], model__tenant=deployment.tenant).first()
+        if version is None:
+            raise ValidationError({"version": f"No model version {wanted['version']} in "
+                                   f"{deployment.tenant.name}."})
+        pool_member_add(actor=request.user, deployment=deployment, name=wanted["name"],
+                        version=version)
+        return self.respond(self.reload(deployment), http_status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: DeploymentSerializer})
+    @action(detail=True, methods=["delete"], url_path=r"pool/(?P<member>[^/]+)")
+    def pool_remove(self, request, pk=None, member=None):
+        """Stop serving a model of this pool; running replicas start again without it."""
+        deployment = self.get_object()
+        pool_member_remove(actor=request.user, deployment=deployment, name=member)
         return self.respond(self.reload(deployment), http_status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={202: DeploymentSerializer})

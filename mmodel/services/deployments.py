@@ -231,13 +231,13 @@ def replica_stop(actor, replica: DeploymentReplica, message: str) -> None:
     replica.save()
 
 
-def _locked(deployment: Deployment) -> Deployment:
+def deployment_locked(deployment: Deployment) -> Deployment:
     return Deployment.objects.select_for_update(of=("self",)).select_related(
         "tenant", "queue__cluster", "version__model", "version__base_version", "created_by",
     ).get(pk=deployment.pk)
 
 
-def _replicas(deployment: Deployment) -> list[DeploymentReplica]:
+def deployment_replicas(deployment: Deployment) -> list[DeploymentReplica]:
     return list(deployment.replica_set.select_related("job").order_by("index"))
 
 
@@ -305,12 +305,12 @@ def deployment_scale(*, actor, deployment: Deployment, replicas: int) -> Deploym
     """Add replicas (started now, unless the deployment is stopped or scaled to zero) or remove
     the highest-numbered ones (their jobs cancelled)."""
     require_role(actor, deployment.tenant, WRITE_ROLES)
-    deployment = _locked(deployment)
+    deployment = deployment_locked(deployment)
     _check_replicas(replicas)
     _check_capacity(deployment.queue, replicas=replicas, gpus=deployment.gpus_per_replica)
     before = deployment.replicas
     running = deployment.active and not deployment.scaled_to_zero
-    current = _replicas(deployment)
+    current = deployment_replicas(deployment)
     for replica in current[replicas:]:
         replica_stop(actor, replica, "removed")
         replica.delete()
@@ -329,10 +329,10 @@ def deployment_scale(*, actor, deployment: Deployment, replicas: int) -> Deploym
 def deployment_stop(*, actor, deployment: Deployment) -> Deployment:
     """Cancel every replica's job (their GPUs are freed); the deployment stays, stopped."""
     require_role(actor, deployment.tenant, WRITE_ROLES)
-    deployment = _locked(deployment)
+    deployment = deployment_locked(deployment)
     if not deployment.active:
         raise ValidationError({"state": f"Deployment {deployment.name} is already stopped."})
-    for replica in _replicas(deployment):
+    for replica in deployment_replicas(deployment):
         replica_stop(actor, replica, f"stopped by {actor.get_username()}")
     deployment.active, deployment.scaled_to_zero = False, False
     deployment.save(update_fields=["active", "scaled_to_zero", "updated_at"])
@@ -344,8 +344,8 @@ def deployment_stop(*, actor, deployment: Deployment) -> Deployment:
 def deployment_start(*, actor, deployment: Deployment) -> Deployment:
     """Start a stopped deployment, or restart the replicas of a failed one."""
     require_role(actor, deployment.tenant, WRITE_ROLES)
-    deployment = _locked(deployment)
-    replicas = _replicas(deployment)
+    deployment = deployment_locked(deployment)
+    replicas = deployment_replicas(deployment)
     if deployment.active and not any(replica.failed for replica in replicas):
         state = "scaled to zero (the next request starts it)" if deployment.scaled_to_zero \
             else "running"
@@ -372,8 +372,8 @@ def deployment_start(*, actor, deployment: Deployment) -> Deployment:
 def deployment_delete(*, actor, deployment: Deployment) -> None:
     """Stop it (its replicas' jobs cancelled) and delete it; the jobs stay in the history."""
     require_role(actor, deployment.tenant, WRITE_ROLES)
-    deployment = _locked(deployment)
-    for replica in _replicas(deployment):
+    deployment = deployment_locked(deployment)
+    for replica in deployment_replicas(deployment):
         replica_stop(actor, replica, "deleted")
     audit_record(actor=actor, action="deployment.delete", obj=deployment,
                  tenant=deployment.tenant, changes={"version": deployment.version.label})
@@ -397,10 +397,10 @@ def _wake(deployment_id: int) -> None:
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return
-    deployment = _locked(deployment)
+    deployment = deployment_locked(deployment)
     if not deployment.active or not deployment.scaled_to_zero:
         return  # woken meanwhile
-    replicas = _replicas(deployment)
+    replicas = deployment_replicas(deployment)
     try:
         actor = platform_actor(deployment)
     except NoActor as exc:

@@ -32,11 +32,14 @@ def pool_budget_mib(*, pool_memory_mib: int, memory_mib_per_replica: int) -> int
     return pool_memory_mib or int(memory_mib_per_replica * DEFAULT_BUDGET_SHARE)
 
 
-def taken_names(tenant: Tenant) -> set[str]:
-    """Model names the tenant's deployments and pool members answer to."""
+def taken_names(tenant: Tenant, *, besides: Deployment | None = None) -> set[str]:
+    """Model names the tenant's deployments and pool members answer to (but `besides`'s
+    members)."""
+    members = DeploymentMember.objects.filter(deployment__tenant=tenant)
+    if besides is not None:
+        members = members.exclude(deployment=besides)
     return {*Deployment.objects.filter(tenant=tenant).values_list("name", flat=True),
-            *DeploymentMember.objects.filter(deployment__tenant=tenant)
-            .values_list("name", flat=True)}
+            *members.values_list("name", flat=True)}
 
 
 def member_kind(version: ModelVersion) -> str:
@@ -45,8 +48,9 @@ def member_kind(version: ModelVersion) -> str:
 
 def check_pool(*, tenant: Tenant, name: str, version: ModelVersion, runtime: str,
                members: Sequence[tuple[str, ModelVersion]], budget_mib: int,
-               max_loras: int) -> None:
-    """Refuse, in words and by field, a pool that could not serve as asked."""
+               max_loras: int, deployment: Deployment | None = None) -> None:
+    """Refuse, in words and by field, a pool that could not serve as asked (`deployment`: the
+    pool as it is, when its members change)."""
     if len(members) > MAX_MEMBERS:
         raise ValidationError({"pool": f"A pool serves at most {MAX_MEMBERS} models beside "
                                "its base."})
@@ -55,7 +59,7 @@ def check_pool(*, tenant: Tenant, name: str, version: ModelVersion, runtime: str
     if is_adapter(version) or is_embedding_model(artifact_folder(version)):
         raise ValidationError({"version": f"{version.label} cannot be a pool's base: deploy "
                                "a whole text-generation model, and its adapters as members."})
-    taken, seen = taken_names(tenant), {name}
+    taken, seen = taken_names(tenant, besides=deployment), {name}
     for member_name, member in members:
         try:
             model_name(member_name)

@@ -359,7 +359,8 @@ def version_register_from_run(*, actor, run: TrainingRun, model_name: str,
 @transaction.atomic
 def version_delete(*, actor, version: ModelVersion) -> None:
     """Forget a version and remove its files (after commit). Refused while a deployment uses
-    it (as its version or in its pool), an evaluation scored it, another version is built on it, or it is still importing."""
+    it (as its version or in its pool), an evaluation scored it, another version is built on
+    it, or it is still importing."""
     require_role(actor, version.model.tenant, WRITE_ROLES)
     deployments = sorted({*version.deployments.values_list("name", flat=True),
                           *version.pool_memberships.values_list("deployment__name", flat=True)})

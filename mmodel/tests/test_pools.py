@@ -178,3 +178,45 @@ def test_a_version_a_pool_serves_is_not_deleted(farm, world, family):
     assert refused.value.message_dict["version"] == \
         ["tiny:v2 is deployed as tiny: delete those deployments first."]
     assert ModelVersion.objects.filter(pk=family.a.pk).exists()
+
+
+def test_members_are_added_and_removed_and_the_running_replicas_start_again(api, farm, world,
+                                                                           family):
+    deployment = create(world, farm, family, pool=[("tune-a", family.a)])
+    farm.cycle()
+    first = DeploymentReplica.objects.get(deployment=deployment).job
+    member = api.as_user(world.alpha_member)
+    response = member.post(f"{URL}{deployment.pk}/pool/", {"name": "tune-b",
+                                                            "version": family.b.pk},
+                           format="json")
+    assert response.status_code == 202, response.json()
+    assert [row["name"] for row in response.json()["pool"]] == ["tiny", "tune-a", "tune-b"]
+    replica = DeploymentReplica.objects.select_related("job").get(deployment=deployment)
+    first.refresh_from_db()
+    assert first.state in ("cancelled", "cancelling")
+    assert replica.job != first and "tune-b=" in " ".join(replica.job.command)
+
+    taken = member.post(f"{URL}{deployment.pk}/pool/", {"name": "tune-a",
+                                                         "version": family.b.pk},
+                        format="json")
+    assert taken.status_code == 400 and "used twice" in taken.json()["fields"]["pool"][0]
+    theirs = ModelVersion.objects.create(
+        model=Model.objects.create(tenant=world.beta, name="theirs"), number=1,
+        status=VersionStatus.READY, source=VersionSource.IMPORT, artifact_path="models/other",
+        format=WeightsFormat.SAFETENSORS)
+    stolen = member.post(f"{URL}{deployment.pk}/pool/", {"name": "stolen",
+                                                          "version": theirs.pk}, format="json")
+    assert stolen.status_code == 400 and "version" in stolen.json()["fields"]
+    viewer = api.as_user(world.alpha_viewer).post(
+        f"{URL}{deployment.pk}/pool/", {"name": "x", "version": family.b.pk}, format="json")
+    assert viewer.status_code == 403
+    outsider = api.as_user(world.beta_member).delete(f"{URL}{deployment.pk}/pool/tune-a/")
+    assert outsider.status_code == 404
+
+    member = api.as_user(world.alpha_member)  # one client, signed in as each in turn
+    removed = member.delete(f"{URL}{deployment.pk}/pool/tune-a/")
+    assert removed.status_code == 202
+    assert [row["name"] for row in removed.json()["pool"]] == ["tiny", "tune-b"]
+    command = " ".join(DeploymentReplica.objects.get(deployment=deployment).job.command)
+    assert "tune-a=" not in command and "tune-b=" in command
+    assert member.delete(f"{URL}{deployment.pk}/pool/tune-a/").status_code == 400

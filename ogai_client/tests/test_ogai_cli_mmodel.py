@@ -510,6 +510,19 @@ def test_deploy_create_a_pool_and_show_what_its_replica_holds(as_member, farm, w
                         "nothing")
     assert code == 2 and "give NAME=MODEL[:vN], not 'nothing'" in err
 
+    other = make_version(world.alpha, number=3)
+    other.format, other.base_version = WeightsFormat.ADAPTER, base
+    other.save()
+    code, out, err = ogai(capsys, "deploy", "pool", "add", "tiny", "second=tiny:v3")
+    assert code == 0, err
+    assert words(out).startswith("pool tiny serves second (tiny:v3); its running replicas "
+                                 "start again")
+    assert sorted(deployment.members.values_list("name", flat=True)) == ["second", "tuned"]
+    code, out, err = ogai(capsys, "deploy", "pool", "remove", "tiny", "tuned")
+    assert code == 0 and "pool tiny no longer serves tuned" in words(out), err
+    code, _, err = ogai(capsys, "deploy", "pool", "remove", "tiny", "tuned")
+    assert code == 1 and "serves no model 'tuned'" in err
+
 
 # -- chat through the gateway (a stub of it) ----------------------------------------------------
 
