@@ -2,6 +2,10 @@
 them) the way lm-eval will read it, so that a mistake is a 400 naming the field and the line
 now rather than a failed job later.
 
+A retrieval benchmark has no templates: its lines are passages `{"id": …, "text": …}` and
+queries `{"query": …, "relevant": [passage ids]}`, in any order; its documents are its queries,
+and each relevant id must name a passage of the same file.
+
 Templates are Jinja over a document's fields, as lm-eval takes them: a template that is
 exactly a field's name reads that field; anything else is rendered (undefined names are
 errors). They are rendered here in Jinja's sandbox: the platform renders what users wrote.
@@ -46,9 +50,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "text_field": "text",
         "metrics": ["word_perplexity", "byte_perplexity", "bits_per_byte"],
     },
+    # Scored by mmodel.runners.retrieval (passages ranked by cosine similarity), not lm-eval.
+    BenchmarkKind.RETRIEVAL: {
+        "metrics": ["recall@1", "recall@5", "mrr"],
+    },
 }
 METRICS = {kind: tuple(values["metrics"]) for kind, values in DEFAULTS.items()}
 MAX_GEN_TOKS = 4096
+PASSAGE_SHAPE = '{"id": …, "text": …}'
+QUERY_SHAPE = '{"query": …, "relevant": [passage ids]}'
 
 
 class BenchmarkError(ValueError):
@@ -154,6 +164,9 @@ class Definition:
                 raise BenchmarkError("text_field", "Name the documents' field holding the "
                                      "text (letters, digits, '_').")
             return
+        if self.kind == BenchmarkKind.RETRIEVAL:
+            self._check_retrieval()
+            return
         self._check_generation_kwargs()
         for name in self.template_fields():
             try:
@@ -163,6 +176,19 @@ class Definition:
                                      f"(template line {error.lineno}).") from None
             except SecurityError as error:
                 raise BenchmarkError(name, f"Not allowed in a template: {error}.") from None
+
+    def _check_retrieval(self) -> None:
+        if self.few_shot:
+            raise BenchmarkError("few_shot", "A retrieval benchmark ranks passages for each "
+                                 "query: no few-shot examples.")
+        for name in ("prompt_template", "target_template", "choices_template", "text_field"):
+            if getattr(self, name):
+                raise BenchmarkError(name, "A retrieval benchmark takes no templates: its "
+                                     f"lines are passages {PASSAGE_SHAPE} and queries "
+                                     f"{QUERY_SHAPE}.")
+        if self.generation_kwargs:
+            raise BenchmarkError("generation_kwargs", "A retrieval benchmark generates no "
+                                 "text: no generation_kwargs.")
 
     def _check_generation_kwargs(self) -> None:
         if self.kind != BenchmarkKind.GENERATION:
@@ -249,9 +275,105 @@ def _target_index(definition: Definition, doc: dict, choices: list[str], line: i
                          f"choice or one of the choices; got {str(value)[:200]!r}.")
 
 
+def _is_passage_id(value: Any) -> bool:
+    return (isinstance(value, str) and bool(value.strip())) or \
+        (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _show_id(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _retrieval_line(doc: dict, line: int) -> dict:
+    """One line of a retrieval benchmark checked alone: a query's {"query", "relevant"} or a
+    passage's {"id", "text"}."""
+    if "query" in doc:
+        if "text" in doc:
+            raise BenchmarkError("file", f'line {line}: a line is a passage or a query, not '
+                                 'both: this one has "text" and "query".')
+        query, relevant = doc["query"], doc.get("relevant")
+        if not isinstance(query, str) or not query.strip():
+            raise BenchmarkError("file", f'line {line}: the query is empty; "query" must be '
+                                 "non-empty text.")
+        if not isinstance(relevant, list) or not relevant or \
+                not all(_is_passage_id(value) for value in relevant):
+            raise BenchmarkError("file", f'line {line}: "relevant" must be a non-empty list of '
+                                 "passage ids (non-empty strings or integers).")
+        seen: set = set()
+        for value in relevant:
+            if value in seen:
+                raise BenchmarkError("file", f'line {line}: "relevant" lists passage id '
+                                     f"{_show_id(value)} twice.")
+            seen.add(value)
+        return {"query": query, "relevant": relevant}
+    if "text" in doc or "id" in doc:
+        if "relevant" in doc:
+            raise BenchmarkError("file", f'line {line}: a passage has no "relevant" ids; a '
+                                 f"query is {QUERY_SHAPE}.")
+        if not _is_passage_id(doc.get("id")):
+            raise BenchmarkError("file", f'line {line}: a passage needs an "id": a non-empty '
+                                 "string or an integer.")
+        text = doc.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise BenchmarkError("file", f"line {line}: passage {_show_id(doc['id'])} has no "
+                                 'text; "text" must be non-empty text.')
+        return {"id": doc["id"], "text": text}
+    raise BenchmarkError("file", f"line {line}: each line of a retrieval benchmark is a "
+                         f"passage {PASSAGE_SHAPE} or a query {QUERY_SHAPE}; this one has "
+                         f"{', '.join(sorted(doc)) or 'no fields'}.")
+
+
+class _Corpus:
+    """What the lines of a retrieval benchmark add up to: its passage ids (each with its line)
+    and the ids its queries name, checked once every line is read (passages may come last)."""
+
+    def __init__(self) -> None:
+        self.passages: dict[Any, int] = {}
+        self.queries: list[tuple[int, list]] = []
+
+    def add(self, doc: dict, line: int) -> dict | None:
+        """A query as the model is asked it; None for a passage."""
+        found = _retrieval_line(doc, line)
+        if "id" in found:
+            first = self.passages.setdefault(found["id"], line)
+            if first != line:
+                raise BenchmarkError("file", f"line {line}: passage id {_show_id(found['id'])} "
+                                     f"is already the id of line {first}.")
+            if len(self.passages) > MAX_DOCUMENTS:
+                raise BenchmarkError("file", f"At most {MAX_DOCUMENTS} passages.")
+            return None
+        self.queries.append((line, found["relevant"]))
+        return {"prompt": found["query"], "target": ", ".join(map(str, found["relevant"]))}
+
+    def finish(self) -> None:
+        if not self.passages:
+            raise BenchmarkError("file", f"The file holds {len(self.queries)} queries but no "
+                                 f"passages {PASSAGE_SHAPE} to rank.")
+        if not self.queries:
+            raise BenchmarkError("file", f"The file holds {len(self.passages)} passages but "
+                                 f"no queries {QUERY_SHAPE}.")
+        for line, relevant in self.queries:
+            for value in relevant:
+                if value not in self.passages:
+                    raise BenchmarkError("file", f"line {line}: relevant id {_show_id(value)} "
+                                         f"names no passage of the file{self._hint(value)}.")
+
+    def _hint(self, value: Any) -> str:
+        """Where the id is there as the other JSON type (3 and "3")."""
+        other = str(value) if isinstance(value, int) else \
+            int(value) if value.isdecimal() else None
+        return f" (there is a passage {_show_id(other)})" if other in self.passages else ""
+
+
 def render(definition: Definition, doc: dict, line: int) -> dict:
     """One document as the model sees it: {"prompt", "target", "choices"?}; raises
-    BenchmarkError naming the field and line."""
+    BenchmarkError naming the field and line. A retrieval query's target is its relevant
+    passage ids; a passage is its text."""
+    if definition.kind == BenchmarkKind.RETRIEVAL:
+        found = _retrieval_line(doc, line)
+        if "id" in found:
+            return {"prompt": "", "target": found["text"]}
+        return {"prompt": found["query"], "target": ", ".join(map(str, found["relevant"]))}
     if definition.kind == BenchmarkKind.PERPLEXITY:
         text = doc.get(definition.text_field)
         if not isinstance(text, str) or not text.strip():
@@ -302,7 +424,9 @@ def scan(definition: Definition, data: bytes | IO[bytes] | Iterable[bytes],
          out: IO[bytes] | None = None) -> Scan:
     """Check every document (JSON object per line; what the templates need present, an answer
     within its choices, nothing empty; each field of one JSON type throughout, as the dataset
-    reader needs); write the non-blank lines to `out`. Raises BenchmarkError."""
+    reader needs); write the non-blank lines to `out`. Raises BenchmarkError. A retrieval
+    benchmark's documents are its queries (its passages are checked, not counted)."""
+    corpus = _Corpus() if definition.kind == BenchmarkKind.RETRIEVAL else None
     digest = hashlib.sha256()
     documents = size = 0
     types: dict[str, tuple[str, int]] = {}
@@ -332,18 +456,22 @@ def scan(definition: Definition, data: bytes | IO[bytes] | Iterable[bytes],
             elif kind not in ("null", first[0]):
                 raise BenchmarkError("file", f"line {line}: field {key!r} is a {kind} here but "
                                      f"a {first[0]} on line {first[1]}.")
-        rendered = render(definition, doc, line)
-        documents += 1
-        if documents > MAX_DOCUMENTS:
-            raise BenchmarkError("file", f"At most {MAX_DOCUMENTS} documents.")
-        if len(previews) < PREVIEW_DOCUMENTS:
-            previews.append({"index": documents - 1, **rendered})
+        rendered = corpus.add(doc, line) if corpus is not None else \
+            render(definition, doc, line)
+        if rendered is not None:
+            documents += 1
+            if documents > MAX_DOCUMENTS:
+                raise BenchmarkError("file", f"At most {MAX_DOCUMENTS} documents.")
+            if len(previews) < PREVIEW_DOCUMENTS:
+                previews.append({"index": documents - 1, **rendered})
         clean = raw.rstrip(b"\r\n") + b"\n"
         digest.update(clean)
         if out is not None:
             out.write(clean)
-    if not documents:
+    if not documents and not (corpus is not None and corpus.passages):
         raise BenchmarkError("file", "The file holds no documents.")
+    if corpus is not None:
+        corpus.finish()
     if definition.few_shot and definition.few_shot >= documents:
         raise BenchmarkError("few_shot", f"{definition.few_shot} examples need more than "
                              f"{documents} documents (each is shown with others as examples).")
@@ -351,13 +479,16 @@ def scan(definition: Definition, data: bytes | IO[bytes] | Iterable[bytes],
 
 
 def preview(definition: Definition, lines: Iterable[bytes], count: int) -> list[dict]:
-    """The first `count` documents rendered as prompts (of a stored, checked file)."""
+    """The first `count` documents rendered as prompts (of a stored, checked file); of a
+    retrieval benchmark, its first queries."""
     shown: list[dict] = []
     for line, raw in enumerate(lines, start=1):
         if len(shown) >= count:
             break
         if raw.strip():
             doc = json.loads(raw)
+            if definition.kind == BenchmarkKind.RETRIEVAL and "query" not in doc:
+                continue  # a passage
             shown.append({"index": len(shown), "document": doc,
                           **render(definition, doc, line)})
     return shown

@@ -30,6 +30,7 @@ class BenchmarkKind(models.TextChoices):
     MULTIPLE_CHOICE = "multiple_choice", "Multiple choice (log-likelihood accuracy)"
     GENERATION = "generation", "Generation (exact match)"
     PERPLEXITY = "perplexity", "Perplexity on held-out text"
+    RETRIEVAL = "retrieval", "Retrieval (recall@k)"
 
 
 class EvaluationTarget(models.TextChoices):

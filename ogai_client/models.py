@@ -812,8 +812,9 @@ class ModelImport:
 @dataclass(frozen=True)
 class Benchmark:
     """A benchmark: JSONL documents and how to prompt and score them (`kind`: multiple_choice,
-    generation or perplexity). `shared`: shipped with the platform for every tenant. `preview`
-    (the first documents as the model is asked them) is filled by `benchmark(id)` and upload."""
+    generation, perplexity or retrieval). `shared`: shipped with the platform for every tenant.
+    `preview` (the first documents as the model is asked them) is filled by `benchmark(id)` and
+    upload."""
 
     id: int
     name: str

@@ -46,6 +46,7 @@ MAIN_METRICS = {
     BenchmarkKind.MULTIPLE_CHOICE: ("acc", False),
     BenchmarkKind.GENERATION: ("exact_match", False),
     BenchmarkKind.PERPLEXITY: ("word_perplexity", True),
+    BenchmarkKind.RETRIEVAL: ("recall@1", False),
 }
 # Versions the chart compares when the reader chose none.
 CHART_DEFAULT_VERSIONS = 6

@@ -90,7 +90,9 @@ class BenchmarkCreateSerializer(RejectUnknownFields, serializers.Serializer):
     name = serializers.CharField(max_length=100)
     kind = serializers.ChoiceField(choices=BenchmarkKind.choices)
     description = serializers.CharField(allow_blank=True, default="", max_length=10000)
-    file = serializers.FileField(help_text="JSONL: one JSON object (a document) per line.")
+    file = serializers.FileField(help_text="JSONL: one JSON object (a document) per line. "
+                                 'retrieval: passages {"id", "text"} and queries {"query", '
+                                 '"relevant": [passage ids]}.')
     prompt_template = serializers.CharField(
         allow_blank=True, default="", trim_whitespace=False, max_length=10000,
         help_text="Jinja over a document's fields (or a field's name); multiple_choice and "

@@ -5,7 +5,9 @@ against a model folder (`hf`) or a deployment's OpenAI-compatible server
 (`local-completions`), with its requests cached in a file kept per model version, and reports
 to the platform: `started`, `result` (per benchmark: metrics with value and stderr, sample
 count), `samples` (per document: prompt, target, output, correct, scores), then `finished`
-(how many requests the cache answered) or `failed`.
+(how many requests the cache answered) or `failed`. An embedding model (`sentence-transformers`
+or `openai-embeddings`) is scored on retrieval benchmarks by `mmodel.runners.retrieval`
+instead, with the same events (a query is a document; `finished` counts the texts encoded).
 Exit codes: 0 done, 1 failed, 2 bad spec.
 """
 
@@ -22,6 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mmodel.runners import retrieval
 from ylink.runners.report import Reporter
 
 EVENTS_PATH = "/api/v1/mmodel/runner/events/"
@@ -148,6 +151,8 @@ def sample_batches(samples: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def check_spec(spec: Any) -> dict[str, Any]:
     if not isinstance(spec, dict):
         raise ValueError("the spec is not a JSON object")
+    if spec.get("model") in retrieval.MODEL_TYPES:
+        return retrieval.check_spec(spec)
     missing = [key for key in REQUIRED if key not in spec]
     if missing:
         raise ValueError(f"the spec lacks {', '.join(missing)}")
@@ -198,6 +203,24 @@ def evaluate(spec: dict[str, Any], reporter: Any) -> dict[str, int]:
     return {"cached_requests": counter.cached, "total_requests": counter.total}
 
 
+def evaluate_retrieval(spec: dict[str, Any], reporter: Any) -> dict[str, int]:
+    """Score the spec's retrieval benchmarks with its embedding model and report; the texts
+    encoded (none come from a cache)."""
+    reporter.send("progress", stage="loading", model=spec["model"])
+    encode = retrieval.encoder(spec)
+    texts = 0
+    for task in spec["tasks"]:
+        reporter.send("progress", stage="encoding", task=task["task"])
+        corpus = retrieval.read_corpus(task["data_file"], spec.get("limit"))
+        scored = retrieval.score(corpus, encode, task["metrics"])
+        texts += scored.texts
+        reporter.send("result", benchmark=task["benchmark"], task=task["task"],
+                      metrics=scored.metrics, samples=scored.count)
+        for batch in sample_batches(scored.samples):
+            reporter.send("samples", benchmark=task["benchmark"], samples=batch)
+    return {"cached_requests": 0, "total_requests": texts}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mmodel.runners.evaluate")
     parser.add_argument("--spec", required=True, help="The run's spec.json.")
@@ -218,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     reporter.send("started", attempt=int(os.environ.get("OGAI_ATTEMPT", "1") or 1),
                   tasks=len(spec["tasks"]))
     try:
-        counts = evaluate(spec, reporter)
+        counts = evaluate_retrieval(spec, reporter) \
+            if spec["model"] in retrieval.MODEL_TYPES else evaluate(spec, reporter)
     except Exception as error:
         traceback.print_exc()
         message = " ".join(f"{type(error).__name__}: {error}".split())[:2000]

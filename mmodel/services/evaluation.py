@@ -1,5 +1,7 @@
 """Benchmarks (uploaded JSONL checked the way lm-eval will read it) and evaluation runs: one job
-running `python -m mmodel.runners.evaluate` on a version's weights or on a deployment of it."""
+running `python -m mmodel.runners.evaluate` on a version's weights or on a deployment of it.
+An embedding model (a sentence-transformers folder) is scored on retrieval benchmarks only, and
+a text-generation model on every other kind."""
 
 import json
 import uuid
@@ -23,9 +25,11 @@ from infra_os.services.audit import audit_record
 from mmodel import benchmarks as checks
 from mmodel import storage
 from mmodel.choices import BenchmarkKind, EvaluationTarget, Runtime, VersionStatus
-from mmodel.models import Benchmark, Deployment, EvaluationRun, ModelVersion
+from mmodel.models import Benchmark, Deployment, DeploymentReplica, EvaluationRun, ModelVersion
 from mmodel.models.registry import model_name
 from mmodel.runners.lm_tasks import write_tasks
+from mmodel.runners.retrieval import retrieval_tasks
+from mmodel.runtimes import is_embedding_model
 from mmodel.services.adapters import is_adapter, single_task_prompt
 from mmodel.services.deployments import deployment_api_key
 from podsys.drivers.base import ROLE_LABEL, ROLE_MODEL_CLIENT
@@ -209,14 +213,70 @@ def _check_benchmarks(tenant: Tenant, benchmarks: list[Benchmark]) -> list[Bench
     return unique
 
 
-def _endpoint_model(deployment: Deployment, version: ModelVersion, tenant: Tenant,
-                    benchmarks: list[Benchmark]) -> tuple[dict, str]:
-    """lm-eval's `local-completions` arguments for a ready replica of the deployment."""
+def _check_kinds(version: ModelVersion, embedding: bool, benchmarks: list[Benchmark]) -> None:
+    """An embedding model is scored on retrieval benchmarks, a text-generation one on the
+    others."""
+    retrieval = sorted(b.name for b in benchmarks if b.kind == BenchmarkKind.RETRIEVAL)
+    text = sorted(b.name for b in benchmarks if b.kind != BenchmarkKind.RETRIEVAL)
+    if embedding and text:
+        raise ValidationError({"benchmarks": (
+            f"{version.label} is an embedding model (a sentence-transformers folder): it is "
+            f"scored on retrieval benchmarks only, not on {', '.join(text)}, which score "
+            "generated text.")})
+    if not embedding and retrieval:
+        raise ValidationError({"benchmarks": (
+            f"{', '.join(retrieval)}: a retrieval benchmark scores an embedding model (a "
+            f"sentence-transformers folder, modules.json); {version.label} generates text. "
+            "Evaluate it on the other benchmarks.")})
+
+
+def _check_deployment(deployment: Deployment, version: ModelVersion, tenant: Tenant) -> None:
     if deployment.tenant_id != tenant.pk:
         raise ValidationError({"deployment": f"No deployment {deployment.pk} in {tenant.name}."})
     if deployment.version_id != version.pk:
         raise ValidationError({"deployment": f"{deployment.name} serves another version; "
                                f"choose a deployment of {version.label}."})
+
+
+def _ready_replica(deployment: Deployment) -> DeploymentReplica:
+    replica = deployment.replica_set.filter(ready=True, job__state=JobState.RUNNING).exclude(
+        upstream="").order_by("index").first()
+    if replica is None:
+        raise ValidationError({"deployment": f"{deployment.name} has no ready replica; start "
+                               "it (or wait until it is ready) first."})
+    return replica
+
+
+def _embeddings_endpoint(deployment: Deployment, version: ModelVersion,
+                         tenant: Tenant) -> dict:
+    """mmodel.runners.retrieval's `openai-embeddings` arguments for a ready replica of the
+    deployment (its key reaches the runner as OPENAI_API_KEY, as for lm-eval)."""
+    _check_deployment(deployment, version, tenant)
+    replica = _ready_replica(deployment)
+    return {"model": replica.served_model, "base_url": f"{replica.upstream}/v1/embeddings",
+            "max_retries": 3, "timeout": 300}
+
+
+def _embedding_model(version: ModelVersion, folder: Path, tenant: Tenant,
+                     deployment: Deployment | None, gpus: int) -> tuple[str, str, dict, int]:
+    """How mmodel.runners.retrieval reaches an embedding model: (target, model type, model
+    arguments, the job's memory in MiB)."""
+    if deployment is not None:
+        return (EvaluationTarget.ENDPOINT, "openai-embeddings",
+                _embeddings_endpoint(deployment, version, tenant), 2048)
+    if gpus > 1:
+        raise ValidationError({"gpus": f"{version.label} is an embedding model, encoded on one "
+                               "GPU: use 0 or 1."})
+    # The weights in float32, once more while loading, and the vectors.
+    return (EvaluationTarget.WEIGHTS, "sentence-transformers",
+            {"folder": str(folder), "device": "cuda" if gpus else "cpu"},
+            2048 + 3 * (version.bytes or 0) // 2**20)
+
+
+def _endpoint_model(deployment: Deployment, version: ModelVersion, tenant: Tenant,
+                    benchmarks: list[Benchmark]) -> tuple[dict, str]:
+    """lm-eval's `local-completions` arguments for a ready replica of the deployment."""
+    _check_deployment(deployment, version, tenant)
     if deployment.runtime == Runtime.TRANSFORMERS:
         scored = sorted(b.name for b in benchmarks if b.kind in LOGLIKELIHOOD_KINDS)
         if scored:
@@ -225,11 +285,7 @@ def _endpoint_model(deployment: Deployment, version: ModelVersion, tenant: Tenan
                 "return the prompt's token log-probabilities; `transformers serve` ignores "
                 "`echo` and `logprobs` on /v1/completions. Evaluate those on the version's "
                 "weights, or on a vLLM deployment.")})
-    replica = deployment.replica_set.filter(ready=True, job__state=JobState.RUNNING).exclude(
-        upstream="").order_by("index").first()
-    if replica is None:
-        raise ValidationError({"deployment": f"{deployment.name} has no ready replica; start "
-                               "it (or wait until it is ready) first."})
+    replica = _ready_replica(deployment)
     args: dict[str, Any] = {
         "model": replica.served_model, "base_url": f"{replica.upstream}/v1/completions",
         "tokenizer_backend": "huggingface", "tokenizer": str(storage.artifact_folder(version)),
@@ -289,10 +345,11 @@ def evaluation_start(*, actor, tenant: Tenant, version: ModelVersion,
         raise ValidationError({"version": f"{version.label} is {version.status}; only a ready "
                                "version can be evaluated."})
     folder = storage.artifact_folder(version)
+    embedding = is_embedding_model(folder)
     # A LoRA adapter is scored on its base model's weights with the adapter applied.
     base = storage.artifact_folder(version.base_version) \
         if is_adapter(version) and version.base_version is not None else None
-    if not ((base or folder) / "config.json").exists():
+    if not embedding and not ((base or folder) / "config.json").exists():
         raise ValidationError({"version": f"The files of {version.label} are missing."})
     if queue.tenant_id != tenant.pk:
         raise ValidationError({"queue": f"Queue {queue.name} is not a queue of {tenant.name}."})
@@ -300,11 +357,16 @@ def evaluation_start(*, actor, tenant: Tenant, version: ModelVersion,
         raise ValidationError({"limit": "At least 1 document per benchmark (or no limit)."})
     if not 0 <= gpus <= MAX_GPUS:
         raise ValidationError({"gpus": f"Use 0 to {MAX_GPUS} GPUs."})
+    if deployment is not None and gpus:
+        raise ValidationError({"gpus": "An endpoint evaluation runs no model itself: the "
+                               "deployment's replicas hold the GPUs."})
     chosen = _check_benchmarks(tenant, list(benchmarks))
-    if deployment is not None:
-        if gpus:
-            raise ValidationError({"gpus": "An endpoint evaluation runs no model itself: the "
-                                   "deployment's replicas hold the GPUs."})
+    _check_kinds(version, embedding, chosen)
+    runtime = ""
+    if embedding:
+        target, model_type, model_args, memory_mib = _embedding_model(
+            version, folder, tenant, deployment, gpus)
+    elif deployment is not None:
         model_args, runtime = _endpoint_model(deployment, version, tenant, chosen)
         target, model_type, memory_mib = EvaluationTarget.ENDPOINT, "local-completions", 2048
     else:
@@ -315,7 +377,6 @@ def evaluation_start(*, actor, tenant: Tenant, version: ModelVersion,
             model_args["peft"] = str(single_task_prompt(version))
         if gpus > 1:
             model_args["parallelize"] = True  # the layers spread over the GPUs
-        runtime = ""
         target, model_type = EvaluationTarget.WEIGHTS, "hf"
         # The weights in float32, once more while loading, and lm-eval itself.
         memory_mib = 2048 + 3 * (version.bytes or 0) // 2**20
@@ -324,18 +385,24 @@ def evaluation_start(*, actor, tenant: Tenant, version: ModelVersion,
         target=target, deployment=deployment, limit=limit)
     run.benchmarks.set(chosen)
     run_folder = evaluation_folder(run)
-    tasks = write_tasks([{
+    compiled = [{
         "id": b.pk, "kind": b.kind, "data_file": str(storage.absolute(b.data_path)),
         "prompt_template": b.prompt_template, "target_template": b.target_template,
         "choices_template": b.choices_template, "text_field": b.text_field,
         "few_shot": b.few_shot, "metrics": b.metrics, "generation_kwargs": b.generation_kwargs,
-    } for b in chosen], run_folder / "tasks")
-    run.spec = {
-        "run": run.pk, "model": model_type, "model_args": model_args,
-        "tasks_dir": str(run_folder / "tasks"), "tasks": tasks,
-        "cache": cache_prefix(version, target, runtime), "limit": limit, "batch_size": 1,
-        "bootstrap_iters": 1000,
-    }
+    } for b in chosen]
+    if embedding:
+        run_folder.mkdir(parents=True, exist_ok=True)
+        run.spec = {"run": run.pk, "model": model_type, "model_args": model_args,
+                    "tasks": retrieval_tasks(compiled), "limit": limit}
+    else:
+        run.spec = {
+            "run": run.pk, "model": model_type, "model_args": model_args,
+            "tasks_dir": str(run_folder / "tasks"),
+            "tasks": write_tasks(compiled, run_folder / "tasks"),
+            "cache": cache_prefix(version, target, runtime), "limit": limit, "batch_size": 1,
+            "bootstrap_iters": 1000,
+        }
     run.folder = storage.relative(run_folder)
     run.save(update_fields=["spec", "folder", "updated_at"])
     # The weights (or the tokenizer an endpoint is scored with) and the benchmarks' files.

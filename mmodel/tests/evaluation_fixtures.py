@@ -1,5 +1,6 @@
 """Fixtures of the evaluation tests: their own DATA_DIR, ready model versions (a real tiny model,
-or only its config for tests that never load it), small benchmarks of each kind."""
+all-MiniLM-L6-v2 as an embedding model, or only their config for tests that never load them),
+small benchmarks of each kind."""
 
 import json
 import shutil
@@ -11,6 +12,7 @@ from mmodel import storage
 from mmodel.choices import VersionSource, VersionStatus, WeightsFormat
 from mmodel.models import Model, ModelVersion
 from mmodel.services.evaluation import benchmark_create
+from mmodel.tests.minilm import minilm_folder
 from mmodel.tests.tiny import tiny_model
 
 MC_DOCS = [
@@ -26,6 +28,16 @@ GEN_DOCS = [{"question": f"What is {a} + {b}?", "answer": str(a + b)}
 PPL_DOCS = [{"text": "The quick brown fox jumps over the lazy dog."},
             {"text": "Paris is the capital of France. Berlin is the capital of Germany."},
             {"text": "Python is a programming language that lets you work quickly."}]
+# A retrieval benchmark: passages, then queries naming their relevant passages.
+RETRIEVAL_DOCS = [
+    {"id": "gpu", "text": "The GPU ran out of memory while loading the checkpoint."},
+    {"id": "nccl", "text": "NCCL timed out waiting for rank 3 during all-reduce."},
+    {"id": "cat", "text": "A cat sat on the mat in the sun."},
+    {"id": "lr", "text": "The learning rate decays with a cosine schedule after warm-up."},
+    {"query": "CUDA out of memory", "relevant": ["gpu"]},
+    {"query": "collective communication hangs", "relevant": ["nccl"]},
+    {"query": "a pet resting on a rug", "relevant": ["cat", "lr"]},
+]
 
 
 def jsonl(docs) -> bytes:
@@ -63,6 +75,28 @@ def make_version(settings):
         folder.mkdir(parents=True)
         (folder / "config.json").write_text(json.dumps(config or {"model_type": "llama"}))
         return _version(tenant, name, folder, number)
+
+    return make
+
+
+@pytest.fixture
+def embedding_version(settings):
+    """`embedding_version(tenant, real=False)`: a ready version that is an embedding model (a
+    sentence-transformers folder): all-MiniLM-L6-v2 itself when `real`, else only its
+    modules.json and config.json (it is never loaded)."""
+
+    def make(tenant, name="minilm", number=1, real=False):
+        folder = Path(settings.DATA_DIR) / "models" / tenant.name / f"{name}-v{number}"
+        if real:
+            shutil.copytree(minilm_folder(), folder)
+        else:
+            folder.mkdir(parents=True)
+            for file in ("modules.json", "config.json"):
+                shutil.copy(minilm_folder() / file, folder / file)
+        version = _version(tenant, name, folder, number)
+        version.architecture = "BertModel"
+        version.save(update_fields=["architecture"])
+        return version
 
     return make
 

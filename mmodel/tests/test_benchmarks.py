@@ -135,7 +135,8 @@ def test_tenants_see_their_own_and_the_shared_benchmarks_only(world, api):
     upload(api, world.beta_member, MC_DOCS, name="beta-quiz")
     benchmarks_seed_builtin()
     names = {b["name"] for b in api.as_user(world.beta_viewer).get(URL).json()["results"]}
-    assert names == {"beta-quiz", "basic-facts-mc", "arithmetic-em", "python-docs-ppl"}
+    assert names == {"beta-quiz", "basic-facts-mc", "arithmetic-em", "python-docs-ppl",
+                     "everyday-retrieval"}
     assert api.as_user(world.beta_member).get(f"{URL}{alpha['id']}/").status_code == 404
     shared = Benchmark.objects.get(name="basic-facts-mc")
     assert api.as_user(world.beta_viewer).get(f"{URL}{shared.pk}/").status_code == 200
@@ -147,7 +148,7 @@ def test_the_shipped_suites_seed_once_and_hold_what_they_say(world):
     first = benchmarks_seed_builtin()
     again = benchmarks_seed_builtin()
     assert [b.pk for b in first] == [b.pk for b in again]
-    assert Benchmark.objects.count() == 3
+    assert Benchmark.objects.count() == 4
     by_name = {b.name: b for b in first}
     assert all(b.tenant is None for b in first)
     assert by_name["basic-facts-mc"].kind == "multiple_choice"
@@ -159,6 +160,22 @@ def test_the_shipped_suites_seed_once_and_hold_what_they_say(world):
     assert benchmark_preview(by_name["arithmetic-em"])[0]["target"].lstrip("-").isdigit()
     text = benchmark_preview(by_name["python-docs-ppl"])[0]["target"]
     assert len(text) > 200 and "::=" not in text
+    # Retrieval: its documents are its queries, each naming the one passage that answers it.
+    everyday = by_name["everyday-retrieval"]
+    assert everyday.kind == "retrieval" and everyday.metrics == ["recall@1", "recall@5", "mrr"]
+    lines = [json.loads(line) for line in
+             storage.absolute(everyday.data_path).read_text().splitlines()]
+    passages = {line["id"]: line["text"] for line in lines if "id" in line}
+    queries = [line for line in lines if "query" in line]
+    assert everyday.documents == len(queries) == 30 and len(passages) >= 30
+    assert all(len(q["relevant"]) == 1 and q["relevant"][0] in passages for q in queries)
+    # Asked in other words than the passage's: no query shares most of its words with it.
+    for query in queries:
+        words = set(query["query"].lower().split())
+        answer = set(passages[query["relevant"][0]].lower().split())
+        assert len(words & answer) < len(words) / 2, query
+    first = benchmark_preview(everyday)[0]
+    assert first["prompt"] == queries[0]["query"] and first["target"] == "p01"
 
 
 def test_lm_eval_reads_a_compiled_benchmark_as_the_preview_shows_it(world, tmp_path):

@@ -7,8 +7,6 @@ An endpoint evaluation scores generation through a real `transformers serve`."""
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +19,7 @@ from aistation.choices import FINAL_STATES, JobState
 from mmodel.models import EvaluationResult, EvaluationSample
 from mmodel.services.evaluation import evaluation_start
 from mmodel.tests import evaluation_fixtures
+from mmodel.tests.replica_server import replica_server
 from ogai.crypto import decrypt, encrypt
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -132,12 +131,6 @@ def test_a_job_scores_like_lm_eval_by_hand_and_a_rerun_comes_from_the_cache(
     assert _stored(second) == stored
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 SERVER_KEY = "the-tiny-deployments-key"
 
 
@@ -145,31 +138,10 @@ SERVER_KEY = "the-tiny-deployments-key"
 def served_tiny(tiny_weights, tmp_path):
     """`transformers serve` answering for the tiny model on a free port, behind the launcher
     that requires the deployment's key (SERVER_KEY), as a replica runs it."""
-    port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mmodel.runners.serve_transformers", "serve", str(tiny_weights),
-         "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-             "OGAI_REPLICA_API_KEY": SERVER_KEY},
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("transformers serve did not start:\n"
-                                   + (tmp_path / "serve.log").read_text())
-            time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}", str(tiny_weights)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
-        log.close()
+    with replica_server("mmodel.runners.serve_transformers",
+                        ["serve", str(tiny_weights), "--device", "cpu"], key=SERVER_KEY,
+                        logs=tmp_path, timeout=90) as url:
+        yield url, str(tiny_weights)
 
 
 def test_a_transformers_deployment_is_scored_on_generation(world, farm, tiny_version, suites,

@@ -1,10 +1,15 @@
 """The evaluation runner's own parts, without a job: lm-eval's results read into metrics, its
-samples into bounded events, its cache account, a bad spec refused."""
+samples into bounded events, its cache account, a bad spec refused; retrieval's ranking and
+scores on vectors made by hand, its file read with a limit."""
 
 import json
 import logging
 
-from mmodel.runners import evaluate
+import numpy as np
+import pytest
+
+from mmodel.runners import evaluate, retrieval
+from mmodel.tests.evaluation_fixtures import RETRIEVAL_DOCS, jsonl
 
 
 def test_metrics_are_read_per_filter_with_their_stderr():
@@ -66,3 +71,58 @@ def test_a_bad_spec_is_reported_and_exits_2(tmp_path, monkeypatch, capsys):
     event = json.loads(printed.strip().splitlines()[-1].removeprefix("OGAI-EVENT "))
     assert event["kind"] == "failed" and "lacks model_args, tasks_dir, tasks" in \
         event["data"]["message"]
+
+
+def test_retrieval_ranks_ties_in_file_order_and_scores_every_relevant_passage(tmp_path):
+    """Three queries over four passages, their vectors made by hand: the first finds its passage
+    first; the second's passage ties with an earlier one and ranks after it (3rd); the third
+    has two relevant passages and finds one of them first (recall@1 0.5, recall@5 1)."""
+    path = tmp_path / "ret.jsonl"
+    path.write_bytes(jsonl(RETRIEVAL_DOCS))
+    corpus = retrieval.read_corpus(path)
+    assert corpus.ids == ["gpu", "nccl", "cat", "lr"] and len(corpus.queries) == 3
+    vectors = {
+        "The GPU ran out of memory while loading the checkpoint.": [1, 0, 0],
+        "NCCL timed out waiting for rank 3 during all-reduce.": [0, 1, 0],
+        "A cat sat on the mat in the sun.": [0, 0.6, 0.8],
+        "The learning rate decays with a cosine schedule after warm-up.": [0, 1, 0],
+        "CUDA out of memory": [1, 0, 0],
+        "collective communication hangs": [0, 0, 1],
+        "a pet resting on a rug": [0, 0.6, 0.8],
+    }
+
+    def encode(texts):
+        return np.asarray([vectors[text] for text in texts], dtype=np.float32)
+
+    scored = retrieval.score(corpus, encode, list(retrieval.METRICS))
+    first, second, third = scored.samples
+    assert first["scores"]["top5"][0] == "gpu" and first["correct"] is True
+    # "collective…" is nearest the cat (0.8), then gpu/nccl/lr at 0: nccl after gpu.
+    assert second["scores"]["top5"] == ["cat", "gpu", "nccl", "lr"]
+    assert second["scores"]["rank"] == 3 and second["correct"] is False
+    # "a pet…": cat (1.0) first, then nccl and lr tie (0.6) in file order.
+    assert third["scores"]["top5"] == ["cat", "nccl", "lr", "gpu"]
+    assert third["scores"]["recall@1"] == 0.5 and third["scores"]["recall@5"] == 1.0
+    assert third["correct"] is True and third["scores"]["rank"] == 1
+    assert scored.metrics["recall@1"]["value"] == pytest.approx((1 + 0 + 0.5) / 3)
+    assert scored.metrics["mrr"]["value"] == pytest.approx((1 + 1 / 3 + 1) / 3)
+    assert scored.metrics["mrr"]["stderr"] == pytest.approx(
+        np.std([1, 1 / 3, 1], ddof=1) / np.sqrt(3))
+    assert scored.count == 3 and scored.texts == 7
+    assert third["target"] == "cat: A cat sat on the mat in the sun.\n" \
+        "lr: The learning rate decays with a cosine schedule after warm-up."
+    assert retrieval.read_corpus(path, limit=2).queries == corpus.queries[:2]
+    only = retrieval.score(corpus, encode, ["mrr"]).metrics
+    assert set(only) == {"mrr"}
+
+
+def test_a_bad_retrieval_spec_is_reported_and_exits_2(tmp_path, monkeypatch, capsys):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"run": 1, "model": "sentence-transformers",
+                                "model_args": {"device": "cpu"}, "tasks": []}))
+    monkeypatch.delenv("OGAI_URL", raising=False)
+    assert evaluate.main(["--spec", str(spec)]) == evaluate.EXIT_BAD_SPEC
+    event = json.loads(capsys.readouterr().out.strip().splitlines()[-1]
+                       .removeprefix("OGAI-EVENT "))
+    assert event["kind"] == "failed" and "model_args of sentence-transformers need folder" \
+        in event["data"]["message"]
