@@ -107,13 +107,15 @@ class Row:
         else:
             item.text = text
             if not text.endswith("\ufffd"):  # half of a character: wait for the rest
-                self.flush()
+                # What could still become the start of a stop string waits too.
+                self.flush(len(text) - max((len(stop) - 1 for stop in item.stops), default=0))
 
-    def flush(self) -> None:
+    def flush(self, upto: int | None = None) -> None:
         item = self.pending
-        if len(item.text) > item.sent:
-            item.emit(("text", item.text[item.sent:]))
-            item.sent = len(item.text)
+        end = len(item.text) if upto is None else upto
+        if end > item.sent:
+            item.emit(("text", item.text[item.sent:end]))
+            item.sent = end
 
     def finish(self, reason: str) -> None:
         item = self.pending

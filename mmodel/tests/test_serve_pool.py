@@ -179,3 +179,25 @@ def test_chat_streams_with_usage_and_bad_requests_are_refused(family):
     assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "model"
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "temperature"
     assert keyless.status_code == 401
+
+
+class _Letters:
+    """A tokenizer whose token i is the i-th character of ALPHABET."""
+
+    ALPHABET = "ab\nc"
+
+    def decode(self, tokens, skip_special_tokens=True):
+        return "".join(self.ALPHABET[token] for token in tokens)
+
+
+def test_a_stop_string_is_never_streamed_even_in_part():
+    from mmodel.runners.serve_pool import Pending, Row
+
+    events = []
+    pending = Pending(model="m", prompt_ids=[1], max_tokens=10, sampling=(0, 1, None),
+                      stops=["\n\n"], ignore_eos=False, emit=events.append)
+    row = Row(pending, _Letters(), eos={99})
+    for token in (0, 1, 2, 2, 3):  # a b \n \n (stop) c
+        row.add(token)
+    assert "".join(event[1] for event in events if event[0] == "text") == "ab"
+    assert events[-1] == ("done", "stop", 4)
