@@ -1,6 +1,7 @@
 """Every API route the project registers, found by walking the URL resolver, so tests that loop
 over them cover routes added later without anyone listing them."""
 
+import re
 from dataclasses import dataclass, field
 
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -16,6 +17,8 @@ class ViewSetRoutes:
     list_methods: set[str] = field(default_factory=set)
     # url name → HTTP methods, for routes that take the object's lookup value
     detail_routes: dict[str, set[str]] = field(default_factory=dict)
+    # url name → the other values a detail route takes (e.g. a pool member's name)
+    detail_kwargs: dict[str, list[str]] = field(default_factory=dict)
     # url name → HTTP methods, for actions on the collection
     list_actions: dict[str, set[str]] = field(default_factory=dict)
 
@@ -56,6 +59,8 @@ def api_routes() -> tuple[list[ViewSetRoutes], list[PlainRoute]]:
             methods = {method.upper() for method in callback.actions}
             if "(?P<" in str(pattern.pattern):
                 routes.detail_routes[full_name] = methods
+                routes.detail_kwargs[full_name] = list(re.compile(
+                    str(pattern.pattern)).groupindex)
             elif pattern.name.endswith("-list"):
                 routes.list_name = full_name
                 routes.list_methods = methods

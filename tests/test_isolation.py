@@ -218,8 +218,10 @@ def _owned(routes, tenant, user):
 
 
 def _detail_url(routes, name, obj):
+    """The route for `obj`; any other value it takes (a pool member's name) a made-up one."""
     lookup = routes.viewset.lookup_field
-    return reverse(name, kwargs={lookup: getattr(obj, lookup)})
+    kwargs = {key: "x" for key in routes.detail_kwargs.get(name, [])}
+    return reverse(name, kwargs={**kwargs, lookup: getattr(obj, lookup)})
 
 
 def _send(client, method, url):
