@@ -4,6 +4,7 @@ memory budget without failing a request."""
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -50,6 +51,12 @@ def alone(base: str, adapter: str | None, prompt: str, max_tokens: int) -> str:
     return tokenizer.decode(tokens, skip_special_tokens=True)
 
 
+def in_own_loop(coroutine):
+    """Run it in a thread of its own: a test before may leave this thread's loop running."""
+    with ThreadPoolExecutor(1) as worker:
+        return worker.submit(asyncio.run, coroutine).result()
+
+
 def client(pool: Pool) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(pool, KEY)),
                              base_url="http://pool", headers=HEADERS, timeout=60)
@@ -80,7 +87,7 @@ def test_four_lora_tunes_on_one_base_answer_as_each_adapter_alone(family):
             health = (await http.get("/health")).json()
             return dict(zip(asks, answers, strict=True)), health
 
-    answers, health = asyncio.run(run())
+    answers, health = in_own_loop(run())
     for ask, answer in answers.items():
         assert answer["choices"][0]["text"] == expected[ask], ask
         assert answer["model"] == ask[0]
@@ -103,7 +110,7 @@ def test_at_most_max_loras_adapters_are_held_and_an_unloaded_one_comes_back(fami
                 texts.append((await complete(http, name, prompt))["choices"][0]["text"])
             return texts, (await http.get("/health")).json()
 
-    texts, health = asyncio.run(run())
+    texts, health = in_own_loop(run())
     assert texts[0] == texts[3] == alone(base, adapters["tune-0"], prompt, 12)
     assert texts[2] == alone(base, adapters["tune-2"], prompt, 12)
     assert sorted(health["holds"]["adapters"]) == ["tune-0", "tune-2"]
@@ -134,7 +141,7 @@ def test_a_budget_for_two_models_serving_three_evicts_the_least_recently_used(tm
             return held, list(zip(asks, answers, strict=True)), \
                 (await http.get("/health")).json()
 
-    held, answers, health = asyncio.run(run())
+    held, answers, health = in_own_loop(run())
     assert sorted(held) == ["one", "three"]  # "two" was evicted
     for name, answer in answers:
         assert answer["choices"][0]["text"] == expected[name]
@@ -169,7 +176,7 @@ def test_chat_streams_with_usage_and_bad_requests_are_refused(family):
                                       json={"model": "base", "prompt": "x"})
             return chunks, whole.json(), unknown, bad, keyless
 
-    chunks, whole, unknown, bad, keyless = asyncio.run(run())
+    chunks, whole, unknown, bad, keyless = in_own_loop(run())
     assert chunks[-1] == "[DONE]"
     parsed = [json.loads(chunk) for chunk in chunks[:-1]]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in parsed if c["choices"])
