@@ -189,7 +189,7 @@ def server_spec(*, runtime: str, cluster_driver: str, target: ServeTarget, name:
                "--log-level", "warning"]
     # transformers serve names the model by the path it was given.
     return ServerSpec(command=command, port=port, served_model=str(served),
-                      key_env=serve_transformers.KEY_ENV,
+                      key_env=replica_guard.KEY_ENV,
                       image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
 
 
@@ -226,7 +226,7 @@ def _embeddings(target: ServeTarget, *, host: str, port_arg: str, port: int, gpu
     command = [*launcher, str(target.folder), "--host", host, "--port", port_arg,
                "--device", "cuda" if gpus else "cpu", "--log-level", "warning"]
     return ServerSpec(command=command, port=port, served_model=str(target.folder),
-                      key_env=serve_embeddings.KEY_ENV,
+                      key_env=replica_guard.KEY_ENV,
                       image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
 
 
@@ -259,7 +259,7 @@ def _pool(target: ServeTarget, *, runtime: str, name: str, host: str, port: int,
                 "--max-loras", str(target.max_loras), "--host", host, "--port", port_arg,
                 "--device", "cuda" if gpus else "cpu", "--log-level", "warning"]
     return ServerSpec(command=command, port=port, served_model=name,
-                      key_env=serve_pool.KEY_ENV,
+                      key_env=replica_guard.KEY_ENV,
                       image=settings.OGAI_TRANSFORMERS_IMAGE if images else "", env=env)
 
 

@@ -10,10 +10,12 @@ the runner's after it, that line taken out.
 
 import hmac
 import json
+import os
+import sys
 
 KEY_ENV = "OGAI_REPLICA_API_KEY"
 OPEN = frozenset({("GET", "/health")})
-IMPORT_LINE = "from mmodel.runners.replica_guard import KEY_ENV, guarded\n"
+IMPORT_LINE = "from mmodel.runners.replica_guard import guarded, take_key\n"
 REFUSAL = json.dumps({"error": {
     "message": "This model server answers only the platform's gateway: call the model there.",
     "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}).encode()
@@ -40,3 +42,13 @@ def guarded(app, key: str):
         await app(scope, receive, send)
 
     return asgi
+
+
+def take_key() -> str:
+    """The deployment's key, taken out of the environment its own children would inherit;
+    without one the server does not start."""
+    key = os.environ.pop(KEY_ENV, "")
+    if not key:
+        sys.exit(f"{KEY_ENV} is not set: this server answers only the platform's gateway, "
+                 "with the deployment's key.")
+    return key

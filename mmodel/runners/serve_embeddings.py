@@ -20,10 +20,9 @@ import argparse
 import asyncio
 import base64
 import json
-import os
 import sys
 
-from mmodel.runners.replica_guard import KEY_ENV, guarded
+from mmodel.runners.replica_guard import guarded, take_key
 
 MAX_INPUTS = 2048  # OpenAI's bound on the texts of one request
 
@@ -162,11 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    key = os.environ.pop(KEY_ENV, "")
-    if not key:
-        print(f"{KEY_ENV} is not set: this server answers only the platform's gateway, with "
-              "the deployment's key.", file=sys.stderr)
-        return 2
+    key = take_key()
     import uvicorn
     from sentence_transformers import SentenceTransformer
 

@@ -29,7 +29,6 @@ import asyncio
 import collections
 import contextlib
 import json
-import os
 import queue
 import sys
 import threading
@@ -40,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmodel.runners.replica_guard import KEY_ENV, guarded
+from mmodel.runners.replica_guard import guarded, take_key
 
 DEFAULT_MAX_TOKENS = 256
 BASE_ROW = "__base__"  # PEFT's name for a row of a mixed batch that takes no adapter
@@ -631,11 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    key = os.environ.pop(KEY_ENV, "")
-    if not key:
-        print(f"{KEY_ENV} is not set: this server answers only the platform's gateway, with "
-              "the deployment's key.", file=sys.stderr)
-        return 2
+    key = take_key()
     import uvicorn
     from transformers.utils import logging as transformers_logging
 

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from mmodel.runners.replica_guard import KEY_ENV, guarded
+from mmodel.runners.replica_guard import guarded, take_key
 
 ATTACH_FLAG = "--attach-prompt-adapter"
 TASK_ENV = "OGAI_PROMPT_TASK"
@@ -98,10 +98,7 @@ def _attach_prompts(manager_class) -> None:
 
 
 def main() -> None:
-    # Out of the environment its own children would inherit.
-    key = os.environ.pop(KEY_ENV, "")
-    if not key:
-        sys.exit(f"{KEY_ENV} is not set: this server answers only requests with the key")
+    key = take_key()
     from transformers.cli.serving import server
 
     build = server.build_server
