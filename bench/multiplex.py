@@ -15,8 +15,9 @@ is.
 
 - tokens/s: completion tokens (the servers' own usage) over the wall time of the whole run.
 - memory: the peak resident memory (VmHWM) of every server process, summed.
-- adapter_switch_ms_p99: the pool's own measure of a batch whose adapter differs from the
-  previous batch's, loading included (its /health).
+- adapter_switch_ms_p99: the pool's own measure of a change of the adapters its running rows
+  use (its /health): preparing the next forward pass for the new set. Loading an adapter
+  from disk is apart (adapter_load_ms_p99).
 
 The base is a random Llama built here (`--hidden`, `--layers`): no download. Each adapter is
 a rank-16 LoRA of q, k, v and o with its own random weights.
@@ -219,7 +220,7 @@ def main() -> None:
         finally:
             stop_all(servers)
         print(f"pool: {pool_tokens} tokens in {pool_s:.1f} s, {pool_memory:.0f} MB, "
-              f"{health['batches']} batches, switch p99 {health['switch_ms_p99']} ms",
+              f"{health['steps']} forward passes, switch p99 {health['switch_ms_p99']} ms",
               flush=True)
 
         servers, where = [], {}
@@ -255,7 +256,7 @@ def main() -> None:
         "adapter_switch_ms_p99": health["switch_ms_p99"],
         "throughput_ratio": round(pool_rate / separate_rate, 3),
         "memory_ratio": round(pool_memory / separate_memory, 3),
-        "pool_batches": health["batches"], "pool_switches": health["switches"],
+        "pool_steps": health["steps"], "pool_switches": health["switches"],
         "adapters": args.adapters, "requests": args.requests, "tokens_per_request": args.tokens,
         "clients": args.clients, "zipf": args.zipf, "base_parameters": parameters,
         "cores": cores, "replica_memory_mib": args.memory_mib,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import socket
 import sys
@@ -203,15 +204,21 @@ def _launcher(module, *, local: bool, images: bool) -> list[str]:
     return ["python", "-m", module.__name__]
 
 
+RUNNER_IMPORT = re.compile(r"^from mmodel\.runners\.(\w+) import [\w, ]+\n", re.MULTILINE)
+
+
 @cache
 def _launcher_source(module) -> str:
-    """A runner as one program: the key guard's text, then the runner's without its import
-    of the guard."""
+    """A runner as one program: the text of each runner module it imports (the key guard, and
+    any other: they import none but the standard library, torch and transformers), then the
+    runner's without those imports."""
     text = Path(module.__file__).read_text()
     if replica_guard.IMPORT_LINE not in text:
         raise ValueError(f"{module.__name__} does not import the key guard")
-    guard = Path(replica_guard.__file__).read_text()
-    return guard + "\n\n" + text.replace(replica_guard.IMPORT_LINE, "", 1)
+    folder = Path(replica_guard.__file__).parent
+    parts = [(folder / f"{name}.py").read_text()
+             for name in dict.fromkeys(RUNNER_IMPORT.findall(text))]
+    return "\n\n".join([*parts, RUNNER_IMPORT.sub("", text)])
 
 
 def is_embedding_model(folder: Path) -> bool:

@@ -12,22 +12,24 @@ OGAI_REPLICA_API_KEY); `GET /health` stays open and says what the replica holds.
 - LoRA adapters (each --adapter, a PEFT folder trained on the base) are loaded on the one copy
   of the base, at most `--max-loras` at once (the least recently used is unloaded for another).
 
-One worker runs the models: requests queue, and each batch takes the oldest waiting request and
-those that can run with it (up to `--max-batch`, same sampling settings): requests to the same
-whole model, or requests to the base and any of its adapters together, each row with its own
-adapter (PEFT's mixed-adapter batch), so the fine-tunes of one base share every forward pass.
-Loads and evictions happen only between batches: nothing is evicted under a request that runs.
-Each row of a batch ends at its own end of text, stop string or max_tokens.
+One worker runs the models, batching continuously (`mmodel.runners.decoding`): the rows of a
+model decode together, one token each per forward pass, and a waiting request joins them at the
+next pass (its prompt run first), in order of arrival, while there are fewer than `--max-batch`
+rows, its model fits the budget beside those in use, and its adapter is one of at most
+`--max-loras` in use. Requests to the base and to any of its adapters are rows of the same
+passes, each with its own adapter (`mmodel.runners.lora_bank`), so the fine-tunes of one base
+share every forward pass; rows of other whole models decode on theirs, pass for pass in turn.
+Nothing in use is evicted or unloaded. Each row ends at its own end of text, stop string or
+max_tokens, and keeps its own sampling settings.
 
 Self-contained (torch, transformers, PEFT, Starlette, uvicorn and the standard library only,
-with `mmodel.runners.replica_guard`): where a cluster runs images, the platform hands the
-image's `python -c` the guard's text and this file's.
+with the runner modules it imports): where a cluster runs images, the platform hands the
+image's `python -c` their text and this file's.
 """
 
 import argparse
 import asyncio
 import collections
-import contextlib
 import json
 import queue
 import sys
@@ -39,10 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmodel.runners.decoding import Decoding
+from mmodel.runners.lora_bank import LoraBank
 from mmodel.runners.replica_guard import guarded, take_key
 
 DEFAULT_MAX_TOKENS = 256
-BASE_ROW = "__base__"  # PEFT's name for a row of a mixed batch that takes no adapter
 SWITCHES_KEPT = 1000  # recent adapter switch and load times, for /health's p99
 
 
@@ -65,7 +68,7 @@ class Pending:
     model: str
     prompt_ids: list[int]
     max_tokens: int
-    sampling: tuple  # (temperature, top_p, seed): requests batch only with equal ones
+    sampling: tuple  # (temperature, top_p, seed): its own, whatever its batch's rows use
     stops: list[str]
     ignore_eos: bool
     emit: Callable[[tuple], object]  # safe to call from the worker thread
@@ -116,47 +119,15 @@ class Row:
             item.emit(("text", item.text[item.sent:end]))
             item.sent = end
 
+    def fail(self, message: str) -> None:
+        self.pending.done = True
+        self.pending.emit(("error", message))
+
     def finish(self, reason: str) -> None:
         item = self.pending
         item.done = True
         self.flush()
         item.emit(("done", reason, len(item.tokens)))
-
-
-def _streamer(rows: list[Row]):
-    from transformers.generation.streamers import BaseStreamer
-
-    class Streamer(BaseStreamer):
-        """Hands each step's token of every row to its request (the first put is the
-        prompt)."""
-
-        def __init__(self) -> None:
-            self.started = False
-
-        def put(self, value) -> None:
-            if not self.started:
-                self.started = True
-                return
-            for row, token in zip(rows, value.view(-1).tolist(), strict=True):
-                row.add(int(token))
-
-        def end(self) -> None:
-            for row in rows:
-                if not row.pending.done:
-                    row.finish("length")
-
-    return Streamer()
-
-
-def _rows_done(rows: list[Row]):
-    import torch
-    from transformers import StoppingCriteria
-
-    class RowsDone(StoppingCriteria):
-        def __call__(self, input_ids, scores, **kwargs):
-            return torch.tensor([row.pending.done for row in rows], device=input_ids.device)
-
-    return RowsDone()
 
 
 class Pool:
@@ -171,15 +142,16 @@ class Pool:
         self.budget_bytes, self.max_loras = budget_bytes, max(1, max_loras)
         self.device, self.max_batch = device, max(1, max_batch)
         self.sizes = {name: weights_bytes(folder) for name, folder in self.folders.items()}
-        # name -> (model, tokenizer), least recently used first
+        # name -> model, least recently used first
         self.loaded: collections.OrderedDict = collections.OrderedDict()
-        self.peft: Any = None  # the base wrapped by PEFT once an adapter is loaded on it
+        self.bank: Any = None  # the adapters loaded on the base (a LoraBank), once one is
         self.held_adapters: collections.OrderedDict = collections.OrderedDict()
         self.tokenizers: dict[str, Any] = {}
-        self.active: set[str] = set()  # the adapters of the last batch: others, a switch
+        self.contexts: dict[str, int] = {}
+        self.running: dict[str, Decoding] = {}  # whole model -> the rows decoding on it
         self.inbox: queue.Queue = queue.Queue()
         self.waiting: list[Pending] = []
-        self.loads = self.evictions = self.batches = self.rows = 0
+        self.loads = self.evictions = self.steps = self.rows = 0
         # Times of adapter switches: to one held, and to one loaded for it.
         self.switch_ms: collections.deque = collections.deque(maxlen=SWITCHES_KEPT)
         self.load_ms: collections.deque = collections.deque(maxlen=SWITCHES_KEPT)
@@ -208,6 +180,18 @@ class Pool:
             self.tokenizers[name] = found
         return found
 
+    def context(self, name: str) -> int:
+        """How many tokens the model behind `name` reads at most."""
+        found = self.contexts.get(name)
+        if found is None:
+            from transformers import AutoConfig
+
+            folder = self.folders.get(name, self.base_folder)
+            found = getattr(AutoConfig.from_pretrained(folder), "max_position_embeddings",
+                            None) or 1 << 30
+            self.contexts[name] = found
+        return found
+
     def holds(self) -> dict:
         with self.lock:
             adapters = list(self.held_adapters) if self.base_name in self.loaded else []
@@ -217,7 +201,7 @@ class Pool:
         with self.lock:
             switches, loads = sorted(self.switch_ms), sorted(self.load_ms)
         return {"status": "ok", "holds": self.holds(), "loads": self.loads,
-                "evictions": self.evictions, "batches": self.batches, "rows": self.rows,
+                "evictions": self.evictions, "steps": self.steps, "rows": self.rows,
                 "switches": len(switches), "switch_ms_p99": _p99(switches),
                 "adapter_loads": len(loads), "adapter_load_ms_p99": _p99(loads),
                 "budget_mib": self.budget_bytes // 2**20,
@@ -231,132 +215,128 @@ class Pool:
     # -- the worker -----------------------------------------------------------------------------
 
     def _family(self, name: str) -> bool:
-        """Served on the base: the base itself and its adapters, batched together."""
+        """Served on the base: the base itself and its adapters, decoding together."""
         return name == self.base_name or name in self.adapters
 
     def _work(self) -> None:
         while True:
-            if not self.waiting:
-                self.waiting.append(self.inbox.get())
-            while True:
+            self._take(wait=not self.waiting and not self.running)
+            self._admit()
+            for name, decoding in list(self.running.items()):
                 try:
-                    self.waiting.append(self.inbox.get_nowait())
-                except queue.Empty:
-                    break
-            self.waiting = [item for item in self.waiting if not item.cancelled]
-            if not self.waiting:
-                continue
-            batch = self._next_batch()
-            chosen = {id(item) for item in batch}
-            self.waiting = [item for item in self.waiting if id(item) not in chosen]
+                    decoding.step()
+                except Exception as exc:  # every request of its rows hears of it
+                    decoding.fail(f"{type(exc).__name__}: {exc}")
+                with self.lock:
+                    self.steps += 1
+                if not decoding.rows:
+                    del self.running[name]
+
+    def _take(self, wait: bool) -> None:
+        if wait:
+            self.waiting.append(self.inbox.get())
+        while True:
             try:
-                self._generate(batch)
-            except Exception as exc:  # every request of the batch hears of it
-                for item in batch:
+                self.waiting.append(self.inbox.get_nowait())
+            except queue.Empty:
+                break
+        self.waiting = [item for item in self.waiting if not item.cancelled]
+
+    def _admit(self) -> None:
+        """Waiting requests join the rows decoding, in order of arrival (none passes an earlier
+        one) while there is room: at most max_batch rows, whole models that fit the budget
+        beside those in use, at most max_loras adapters in use."""
+        room = self.max_batch - sum(len(decoding) for decoding in self.running.values())
+        joining: dict[str, list[Pending]] = {}
+        while self.waiting and room > 0 and self._fits(self.waiting[0], joining):
+            item = self.waiting.pop(0)
+            joining.setdefault(self._whole_of(item.model), []).append(item)
+            room -= 1
+        for name, items in joining.items():
+            try:
+                decoding = self._decoding(name, items)
+                rows = [Row(item, self.tokenizer(item.model), self._eos(decoding.model, item))
+                        for item in items]
+                decoding.join(rows, [item.model if item.model in self.adapters else None
+                                     for item in items])
+            except Exception as exc:  # each of them hears of it; the rows decoding go on
+                for item in items:
                     if not item.done:
                         item.done = True
                         item.emit(("error", f"{type(exc).__name__}: {exc}"))
-
-    def _next_batch(self) -> list[Pending]:
-        """The oldest request and those that can run with it, in order of arrival: the same
-        sampling, and the same whole model, or the base and adapters (at most max_loras
-        different ones)."""
-        first = self.waiting[0]
-        family = self._family(first.model)
-        batch: list[Pending] = []
-        adapters: set[str] = set()
-        for item in self.waiting:
-            same = self._family(item.model) if family else item.model == first.model
-            if not same or item.sampling != first.sampling:
                 continue
-            if item.model in self.adapters and item.model not in adapters:
-                if len(adapters) >= self.max_loras:
-                    continue
-                adapters.add(item.model)
-            batch.append(item)
-            if len(batch) >= self.max_batch:
-                break
-        return batch
+            with self.lock:
+                self.steps += 1
+                self.rows += len(items)
+            if decoding.rows:
+                self.running[name] = decoding
 
-    def _generate(self, batch: list[Pending]) -> None:
-        import torch
-
-        names = [item.model for item in batch]
-        model, extra, mode = self._ready(names)
-        base_tokenizer = self.tokenizer(names[0])
-        pad = base_tokenizer.pad_token_id if base_tokenizer.pad_token_id is not None else \
-            base_tokenizer.eos_token_id
-        width = max(len(item.prompt_ids) for item in batch)
-        ids = [[pad] * (width - len(item.prompt_ids)) + item.prompt_ids for item in batch]
-        mask = [[0] * (width - len(item.prompt_ids)) + [1] * len(item.prompt_ids)
-                for item in batch]
-        rows = []
-        for item in batch:
-            tokenizer = self.tokenizer(item.model)
-            rows.append(Row(item, tokenizer, self._eos(model, tokenizer)))
-        temperature, top_p, seed = batch[0].sampling
-        sampling = {"do_sample": False} if not temperature else \
-            {"do_sample": True, "temperature": temperature, "top_p": top_p}
-        if seed is not None:
-            torch.manual_seed(seed)
-        with torch.inference_mode(), mode:
-            model.generate(
-                input_ids=torch.tensor(ids, device=self.device),
-                attention_mask=torch.tensor(mask, device=self.device),
-                max_new_tokens=max(item.max_tokens for item in batch), pad_token_id=pad,
-                # Each row ends at its own end of text (RowsDone): generate() stops at none,
-                # so a row asked to ignore it goes on.
-                eos_token_id=None, streamer=_streamer(rows),
-                stopping_criteria=[_rows_done(rows)], **sampling, **extra)
-        with self.lock:
-            self.batches += 1
-            self.rows += len(batch)
-
-    @staticmethod
-    def _eos(model, tokenizer) -> set[int]:
+    def _eos(self, model, item: Pending) -> set[int]:
         found = getattr(model.generation_config, "eos_token_id", None)
         eos = set(found if isinstance(found, list) else [found] if found is not None else [])
+        tokenizer = self.tokenizer(item.model)
         if tokenizer.eos_token_id is not None:
             eos.add(tokenizer.eos_token_id)
         return eos
 
-    def _ready(self, names: list[str]):
-        """The module that generates the batch's rows (each of `names`), loaded; what
-        generate() needs beside; the context it runs in. Rows of one adapter run with it active
-        and rows of the base with adapters off: PEFT's mixed-adapter batch (each row's adapter
-        passed) costs about half a plain step more, so only a mixed batch pays it."""
-        plain = contextlib.nullcontext()
-        if not self._family(names[0]):
-            return self._whole(names[0]), {}, plain
-        base = self._whole(self.base_name)
-        wanted = [name for name in dict.fromkeys(names) if name in self.adapters]
+    def _whole_of(self, name: str) -> str:
+        return self.base_name if self._family(name) else name
+
+    def _fits(self, item: Pending, joining: dict[str, list[Pending]]) -> bool:
+        name = self._whole_of(item.model)
+        used = set(self.running) | set(joining)
+        if used - {name} and \
+                sum(self.sizes[other] for other in used | {name}) > self.budget_bytes:
+            return False  # it waits until the models in use are done
+        if item.model not in self.adapters:
+            return True
+        in_use = {adapter for adapter in self._running_adapters() if adapter}
+        in_use |= {other.model for other in joining.get(self.base_name, [])
+                   if other.model in self.adapters}
+        return len(in_use | {item.model}) <= self.max_loras
+
+    def _running_adapters(self) -> list:
+        decoding = self.running.get(self.base_name)
+        return decoding.adapters if decoding else []
+
+    def _decoding(self, name: str, items: list[Pending]) -> Decoding:
+        """The rows decoding on model `name`, it and the items' adapters loaded."""
+        model = self._whole(name)
+        wanted = [item.model for item in items if item.model in self.adapters]
         if wanted:
-            missing = [name for name in wanted if name not in self.held_adapters]
-            changed = set(wanted) != self.active
-            started = time.perf_counter()
-            self._hold(base, wanted)
-            if missing or changed:  # adapters made ready: from memory, or loaded first
-                with self.lock:
-                    (self.load_ms if missing else self.switch_ms).append(
-                        (time.perf_counter() - started) * 1000)
-            self.active = set(wanted)
-        if self.peft is None:
-            return base, {}, plain
-        kinds = set(names)
-        if kinds == {self.base_name}:
-            return self.peft, {}, self.peft.disable_adapter()
-        if len(kinds) == 1:  # one adapter, made active by _hold
-            return self.peft, {}, plain
-        return self.peft, {"adapter_names": [name if name in self.adapters else BASE_ROW
-                                             for name in names]}, plain
+            self._hold(model, list(dict.fromkeys(wanted)))
+        found = self.running.get(name)
+        if found is not None:
+            return found
+        tokenizer = self.tokenizer(name)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
+            tokenizer.eos_token_id
+        plan = self._plan if name == self.base_name and self.adapters else lambda rows: None
+        return Decoding(model, self.device, pad or 0, plan)
+
+    def _plan(self, adapters: list) -> None:
+        """Each row of the base's next forward pass with its adapter; a change of the adapters
+        in use is a switch."""
+        if self.bank is None:
+            return
+        before = self.bank.plan
+        started = time.perf_counter()
+        self.bank.use(adapters)
+        if self.bank.plan is not None and self.bank.plan is not before and \
+                set(self.bank.plan) != set(before or ()):
+            with self.lock:
+                self.switch_ms.append((time.perf_counter() - started) * 1000)
 
     def _whole(self, name: str):
         if name in self.loaded:
             self.loaded.move_to_end(name)
             return self.loaded[name]
         need = self.sizes[name]
-        while self.loaded and sum(self.sizes[n] for n in self.loaded) + need > self.budget_bytes:
-            self._evict(next(iter(self.loaded)))
+        while True:
+            spare = [other for other in self.loaded if other not in self.running]
+            if not spare or sum(self.sizes[n] for n in self.loaded) + need <= self.budget_bytes:
+                break
+            self._evict(spare[0])
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -373,30 +353,31 @@ class Pool:
             self.loaded.pop(name)
             self.evictions += 1
             if name == self.base_name:  # its adapters were loaded on it
-                self.peft = None
+                self.bank = None
                 self.held_adapters.clear()
         _free_memory(self.device)
 
     def _hold(self, base, wanted: list[str]) -> None:
         """Every adapter in `wanted` loaded on the base; past max_loras the least recently
-        used others are unloaded."""
-        from peft import PeftModel
-
+        used ones no row uses are unloaded."""
+        if self.bank is None:
+            self.bank = LoraBank(base)
+        in_use = set(self._running_adapters()) | set(wanted)
         for name in wanted:
-            if self.peft is None:
-                self.peft = PeftModel.from_pretrained(base, self.adapters[name],
-                                                      adapter_name=name).eval()
-            elif name not in self.held_adapters:
-                self.peft.load_adapter(self.adapters[name], adapter_name=name)
+            if name not in self.held_adapters:
+                spare = [held for held in self.held_adapters if held not in in_use]
+                while spare and len(self.held_adapters) >= self.max_loras:
+                    oldest = spare.pop(0)
+                    with self.lock:
+                        self.held_adapters.pop(oldest)
+                    self.bank.unload(oldest)
+                started = time.perf_counter()
+                self.bank.load(name, self.adapters[name])
+                with self.lock:
+                    self.load_ms.append((time.perf_counter() - started) * 1000)
             with self.lock:
                 self.held_adapters[name] = True
                 self.held_adapters.move_to_end(name)
-        self.peft.set_adapter(wanted[-1])  # never one about to be unloaded
-        with self.lock:
-            while len(self.held_adapters) > self.max_loras:
-                oldest = next(name for name in self.held_adapters if name not in wanted)
-                self.held_adapters.pop(oldest)
-                self.peft.delete_adapter(oldest)
 
 
 def _p99(ordered: list[float]) -> float:
@@ -465,6 +446,9 @@ def request_of(pool: Pool, body, chat: bool) -> dict:
         if not isinstance(prompt, str) or not prompt:
             raise BadRequest("`prompt` must be one non-empty string.", "prompt")
         ids = tokenizer(prompt)["input_ids"]
+    if len(ids) >= pool.context(name):
+        raise BadRequest(f"The prompt is {len(ids)} tokens: {name} reads at most "
+                         f"{pool.context(name)}.", "messages" if chat else "prompt")
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = DEFAULT_MAX_TOKENS if limit is None else \
         int(_number(body, "max_completion_tokens" if "max_completion_tokens" in body
