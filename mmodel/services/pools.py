@@ -1,13 +1,14 @@
 """Pools: one deployment serving many versions of a model family, each under its own model
 name. Its version is the base; its members are LoRA adapters of that base (applied on each
 replica's one copy of it: vLLM's --enable-lora, or the transformers runtime's
-`mmodel.runners.serve_pool`, which switches PEFT adapters per batch) and, with the transformers
-runtime, whole models that each replica loads by demand and evicts least recently used within
-the pool's memory budget. The gateway sends a request for a member to a replica that holds it
-when one does (`mmodel.gateway.routing`)."""
+`mmodel.runners.serve_pool`, which gives each row of a batch its own adapter) and, with the
+transformers runtime, whole models that each replica loads by demand and evicts least recently
+used within the pool's memory budget. The gateway sends a request for a member to a replica that
+holds it when one does (`mmodel.gateway.routing`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from django.core.exceptions import ValidationError
@@ -16,6 +17,7 @@ from infra_os.models import Tenant
 from mmodel.choices import Runtime, VersionStatus
 from mmodel.models import Deployment, DeploymentMember, ModelVersion
 from mmodel.models.registry import model_name
+from mmodel.runners.lora_bank import unbatched
 from mmodel.runners.serve_pool import weights_bytes
 from mmodel.runtimes import PoolEntry, ServeTarget, is_embedding_model
 from mmodel.services.adapters import is_adapter, is_prompt_adapter
@@ -98,6 +100,11 @@ def _check_member(tenant: Tenant, base: ModelVersion, runtime: str, name: str,
         if member.base_version_id != base.pk:
             raise ValidationError({"pool": f"{member.label} is an adapter of another base "
                                    f"than {base.label}: a pool's adapters share its base."})
+        why = unbatched(_adapter_config(member))
+        if why:
+            raise ValidationError({"pool": f"{member.label} uses {why}, which a pool cannot "
+                                   "apply request by request: deploy it on its own, or merge "
+                                   "it into its base."})
         return
     if runtime == Runtime.VLLM:
         raise ValidationError({"pool": f"{member.label} is a whole model: vLLM pools LoRA "
@@ -120,3 +127,11 @@ def pool_target(deployment: Deployment) -> ServeTarget | None:
                            pool_memory_mib=deployment.pool_memory_mib,
                            memory_mib_per_replica=deployment.memory_mib_per_replica),
                        max_loras=deployment.max_loras)
+
+
+def _adapter_config(adapter: ModelVersion) -> dict:
+    try:
+        found = json.loads((artifact_folder(adapter) / "adapter_config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

@@ -220,3 +220,21 @@ def test_members_are_added_and_removed_and_the_running_replicas_start_again(api,
     command = " ".join(DeploymentReplica.objects.get(deployment=deployment).job.command)
     assert "tune-a=" not in command and "tune-b=" in command
     assert member.delete(f"{URL}{deployment.pk}/pool/tune-a/").status_code == 400
+
+
+def test_an_adapter_a_pool_cannot_apply_per_request_is_refused(farm, world, family,
+                                                                data_dir):  # noqa: F811
+    import json
+    import shutil
+
+    shutil.copytree(data_dir / "models" / "a", data_dir / "models" / "dora")
+    settings = data_dir / "models" / "dora" / "adapter_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "use_dora": True}))
+    dora = ModelVersion.objects.create(
+        model=family.base.model, number=9, status=VersionStatus.READY,
+        source=VersionSource.TRAINING, artifact_path="models/dora", content_hash="9" * 64,
+        base_version=family.base, format=WeightsFormat.ADAPTER)
+    with pytest.raises(ValidationError) as refused:
+        create(world, farm, family, pool=[("tune-a", family.a), ("tune-dora", dora)])
+    assert "uses DoRA" in " ".join(refused.value.message_dict["pool"])
+    assert not DeploymentMember.objects.exists()
