@@ -109,7 +109,7 @@ def build_app(model, name: str, key: str, max_batch: int = 64):
     from starlette.routing import Route
 
     batcher = Batcher(model, max_batch)
-    dimensions = model.get_sentence_embedding_dimension()
+    dimensions = model.get_embedding_dimension()
 
     async def health(request: Request):
         return JSONResponse({"status": "ok", "batches": batcher.batches,
