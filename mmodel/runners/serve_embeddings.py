@@ -7,9 +7,11 @@ requests that carry `Authorization: Bearer <key>` (the key from OGAI_REPLICA_API
 
 Requests are batched as they come: while the model encodes one batch, the texts of every request
 arriving meanwhile queue, and the next batch takes them all (up to `--max-batch` texts), so a
-burst of one-line requests costs a few model calls, not one each. Each text is cut to the model's
-`max_seq_length` tokens, as sentence-transformers does; `usage.prompt_tokens` counts the tokens
-encoded.
+burst of one-line requests costs a few model calls, not one each. A batch that would hold fewer
+texts than the last one waits for the rest a moment: at most a model call's fixed cost (what a
+call costs whatever it holds, measured as the server runs), which a second call would pay.
+Each text is cut to the model's `max_seq_length` tokens, as sentence-transformers does;
+`usage.prompt_tokens` counts the tokens encoded.
 
 Self-contained (sentence-transformers, Starlette, uvicorn and the standard library only, with
 `mmodel.runners.replica_guard`): where a cluster runs images, the platform hands the image's
@@ -62,6 +64,21 @@ class Batcher:
         self.task: asyncio.Task | None = None
         self.batches = 0  # model calls, and the texts they encoded (shown on /health)
         self.texts = 0
+        self.last = 1  # texts in the last batch
+        # Moving averages of a call of one text, and of what each more text adds to a call.
+        self.lone_s = self.per_text_s = 0.0
+
+    def timed(self, count: int, took: float) -> None:
+        if count == 1:
+            self.lone_s = took if not self.lone_s else 0.8 * self.lone_s + 0.2 * took
+        elif self.lone_s:
+            more = max(took - self.lone_s, 0) / (count - 1)
+            self.per_text_s = more if not self.per_text_s else \
+                0.8 * self.per_text_s + 0.2 * more
+
+    def fixed_s(self) -> float:
+        """What a model call costs whatever it holds (0 until both are measured)."""
+        return max(self.lone_s - self.per_text_s, 0.0) if self.per_text_s else 0.0
 
     async def encode(self, texts: list[str]):
         """(vectors, token counts) of the texts, in order."""
@@ -72,15 +89,32 @@ class Batcher:
         return await done
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             waiting = [await self.queue.get()]
             count = len(waiting[0][0])
-            while count < self.max_batch and not self.queue.empty():
-                waiting.append(self.queue.get_nowait())
+            # Fewer texts than the last batch held: their senders are likely on their way
+            # (clients send again as their answers come back). Waiting for them pays while
+            # the wait is shorter than what a model call costs whatever it holds (its fixed
+            # cost), which a second call for them would pay again.
+            deadline = loop.time() + self.fixed_s()
+            while count < self.max_batch:
+                if self.queue.empty():
+                    left = deadline - loop.time()
+                    if count >= self.last or left <= 0:
+                        break
+                    try:
+                        waiting.append(await asyncio.wait_for(self.queue.get(), left))
+                    except TimeoutError:
+                        break
+                else:
+                    waiting.append(self.queue.get_nowait())
                 count += len(waiting[-1][0])
+            self.last = count
             texts = [text for item, _ in waiting for text in item]
             self.batches += 1
             self.texts += len(texts)
+            started = loop.time()
             try:
                 vectors, tokens = await asyncio.to_thread(self._encode, texts)
             except Exception as exc:  # every waiting request hears of it
@@ -88,6 +122,7 @@ class Batcher:
                     if not done.done():
                         done.set_exception(exc)
                 continue
+            self.timed(len(texts), loop.time() - started)
             start = 0
             for item, done in waiting:
                 end = start + len(item)
