@@ -119,7 +119,10 @@ def two_tasks(count: int, seed: int = 0, tasks=("colour", "animal")) -> list[dic
 
 
 def fell(losses: list[float]) -> float:
-    """The last five logged losses' mean over the first three's (each one batch: noisy)."""
+    """The last five logged losses' mean over the first three's (each one batch: noisy). On
+    these tasks it cannot fall far: each answer word is drawn from three, so a prompt that
+    names the task takes the loss per token from at most (ln 6 + 2 ln 3) / 4 to 3 ln 3 / 4,
+    0.82 of it; `answer_share` is what shows a prompt steering."""
     return (sum(losses[-5:]) / 5) / (sum(losses[:3]) / 3)
 
 
@@ -147,10 +150,35 @@ def multitask(work, data, base):
     return work / "mpt", events
 
 
+def answer_share(model, tokenizer, task: str, **extra) -> float:
+    """The share of `task`'s answers in the next-word probability both tasks' answers get
+    after each question the data asks (their mean)."""
+    vocab = tokenizer.get_vocab()
+    shares = []
+    for count in ("one", "two", "three"):
+        for size in ("small", "big"):
+            ids = tokenizer(f"say {count} {size} ?\n", return_tensors="pt").input_ids
+            with torch.no_grad():
+                probs = model(input_ids=ids, **extra).logits[0, -1].softmax(-1)
+            mass = {name: float(sum(probs[vocab[word]] for word in words))
+                    for name, words in ANSWERS.items()}
+            shares.append(mass[task] / sum(mass.values()))
+    return sum(shares) / len(shares)
+
+
 def test_prompt_tuning_trains_as_many_parameters_as_peft_formula_and_loss_falls(
         work, data, base):
-    colours = write_jsonl(work / "colours", two_tasks(64, seed=2, tasks=("colour",)))
-    spec = spec_of("prompt_tuning", colours, work / "pt", base, 2, lr=0.3, log_every=1)
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    # The task the base leans away from (by its machine's arithmetic it may lean either way):
+    # only a prompt that learnt can steer it there.
+    plain = AutoModelForCausalLM.from_pretrained(str(base)).eval()
+    task = min(ANSWERS, key=lambda name: answer_share(plain, tokenizer, name))
+    assert answer_share(plain, tokenizer, task) <= 0.5
+    examples = write_jsonl(work / task, two_tasks(64, seed=2, tasks=(task,)))
+    spec = spec_of("prompt_tuning", examples, work / "pt", base, 2, lr=0.3, log_every=1)
     code, events = run_in_process(spec, work, work / "pt-checkpoints")
     assert code == 0, events
     started = of_kind(events, "started")[0]
@@ -158,11 +186,14 @@ def test_prompt_tuning_trains_as_many_parameters_as_peft_formula_and_loss_falls(
     assert started["trainable_parameters"] == 4 * WIDTH * 1
     assert estimate_prompt_tuning_parameters("gpt2", "tiny", 4) == 4 * WIDTH
     losses = [m["loss"] for m in of_kind(events, "metric")]
-    assert fell(losses) < 0.75, losses
+    assert fell(losses) < 1, losses
     done = of_kind(events, "done")[-1]["output"]
     assert done["artifact"] == "adapter" and done["parameters"] == 4 * WIDTH
     config = json.loads((work / "pt" / "adapter_config.json").read_text())
     assert config["peft_type"] == "PROMPT_TUNING" and config["num_virtual_tokens"] == 4
+    tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base)),
+                                      str(work / "pt")).eval()
+    assert answer_share(tuned, tokenizer, task) > 0.9  # the prompt steers to its task
 
 
 def test_multitask_counts_the_shared_prompt_and_each_task_rank_factors(multitask):
@@ -182,7 +213,7 @@ def test_multitask_counts_the_shared_prompt_and_each_task_rank_factors(multitask
 
 def test_multitask_loss_falls_on_two_toy_tasks(multitask):
     losses = [m["loss"] for m in of_kind(multitask[1], "metric")]
-    assert fell(losses) < 0.75, losses
+    assert fell(losses) < 1, losses
 
 
 def test_a_different_task_id_changes_the_output(multitask, base):
@@ -201,10 +232,9 @@ def test_a_different_task_id_changes_the_output(multitask, base):
         again = model(input_ids=ids, task_ids=torch.tensor([0])).logits
     assert not torch.allclose(animal, colour)
     assert torch.equal(animal, again)
-    # Each task's prompt learnt its own answers.
-    vocab = tokenizer.get_vocab()
-    assert animal[0, -1, vocab["cat"]] > animal[0, -1, vocab["red"]]
-    assert colour[0, -1, vocab["red"]] > colour[0, -1, vocab["cat"]]
+    # Each task's prompt learnt its own answers: both ways, which no lean of the base can give.
+    assert answer_share(model, tokenizer, "animal", task_ids=torch.tensor([0])) > 0.9
+    assert answer_share(model, tokenizer, "colour", task_ids=torch.tensor([1])) > 0.9
 
 
 def test_resume_is_exact(work, data, base):
