@@ -60,7 +60,9 @@ def _running_on_both_nodes(driver, job: Job, number: int):
     assert job.state == JobState.RUNNING, job.reason
     attempt = job.attempts.get(number=number)
     handle = attempt.workload_id
-    said = _until(lambda: USED.search(driver.logs(handle)), "the entrypoint to use the cluster")
+    # A Ray cluster starting on two busy cores has been seen to take over 90 s.
+    said = _until(lambda: USED.search(driver.logs(handle)), "the entrypoint to use the cluster",
+                  240)
     assert said.group(0) == "alive 2 ran on 2 nodes"
     assert ray_processes(driver, handle)
     addresses = driver.ray_addresses(handle)
