@@ -44,18 +44,11 @@ class Decoding:
             self._join(rows, adapters)
 
     def _join(self, rows: list, adapters: list) -> None:
+        # Each prompt is shorter than the model's context: the server refuses longer ones.
         import torch
         import torch.nn.functional as F
         from transformers import DynamicCache
 
-        fit = [index for index, row in enumerate(rows)
-               if len(row.pending.prompt_ids) < self.limit]
-        for index in set(range(len(rows))) - set(fit):
-            rows[index].fail(f"The prompt is {len(rows[index].pending.prompt_ids)} tokens: "
-                             f"this model reads at most {self.limit}.")
-        rows, adapters = [rows[i] for i in fit], [adapters[i] for i in fit]
-        if not rows:
-            return
         width = max(len(row.pending.prompt_ids) for row in rows)
         ids = torch.tensor([[self.pad_id] * (width - len(row.pending.prompt_ids))
                             + row.pending.prompt_ids for row in rows], device=self.device)

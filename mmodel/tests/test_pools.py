@@ -2,6 +2,8 @@
 the API shows of which replica holds what."""
 
 import itertools
+import json
+import shutil
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -224,9 +226,6 @@ def test_members_are_added_and_removed_and_the_running_replicas_start_again(api,
 
 def test_an_adapter_a_pool_cannot_apply_per_request_is_refused(farm, world, family,
                                                                 data_dir):  # noqa: F811
-    import json
-    import shutil
-
     shutil.copytree(data_dir / "models" / "a", data_dir / "models" / "dora")
     settings = data_dir / "models" / "dora" / "adapter_config.json"
     settings.write_text(json.dumps({**json.loads(settings.read_text()), "use_dora": True}))
