@@ -285,7 +285,9 @@ def test_jobs_submitted_by_hand_count_in_the_inventory_and_are_never_taken_for_o
                     "--output=/dev/null", "--chdir=/tmp", "--wrap", "sleep 600").stdout
     foreign = out.strip().split(";")[0]
     try:
-        n1 = _node_when(driver, "n1", lambda node: node.gpus_allocated == 2)
+        # Slurm may show the node's GPUs allocated a moment before it lists the job running.
+        n1 = _node_when(driver, "n1",
+                        lambda node: node.gpus_allocated == 2 and node.gpus_foreign == 2)
         assert n1.gpus_allocated == 2 and n1.gpus_foreign == 2
         assert driver.status(["job-6-a1"])["job-6-a1"].phase == Phase.MISSING
         driver.cancel("job-6-a1")  # not ours: nothing happens to it
