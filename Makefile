@@ -114,8 +114,13 @@ slurm:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 			$(SLURM_PACKAGES) >/dev/null; }
 
+# The suite waits on real processes more than it computes: TEST_WORKERS pytest-xdist workers
+# share the cores, a test file (or files sharing a Slurm or a Ray) to a worker; tests/parallel.py.
+TEST_WORKERS ?= 2
+
 test: install lint check-migrations schema chromium bubblewrap slurm
-	OGAI_DATA_DIR=$(TEST_DATA_DIR) $(VENV)/bin/pytest $(PYTEST_ARGS)
+	OGAI_DATA_DIR=$(TEST_DATA_DIR) $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup \
+		$(PYTEST_ARGS)
 
 # The scheduler on real traces (../shared/data/traces): bench/results/trace_replay.md and its chart.
 trace-report: install

@@ -31,6 +31,22 @@ pytest_plugins = ["tests.redfish.fixtures"]
 REPO = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config, specs):
+    """Each worker its own data folder and broker database (tests/parallel.py)."""
+    from tests.parallel import worker_environment
+
+    for index, spec in enumerate(specs):
+        spec.env.update(worker_environment(index))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from tests.parallel import FileOrGroupScheduling
+
+    return FileOrGroupScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item, nextitem):
     """Before a test's fixtures (its database among them) are torn down, a gateway served in a

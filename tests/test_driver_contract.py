@@ -18,6 +18,9 @@ from tests.fakekube import FakeKube
 from tests.fakekube.kubelet import Kubelet
 from tests.slurm_cluster import SlurmCluster, shared_folder
 
+# One Slurm at a time on this machine (tests/parallel.py).
+pytestmark = pytest.mark.xdist_group("slurm")
+
 FINISHED = {Phase.SUCCEEDED, Phase.FAILED}
 STOPPED = {Phase.FAILED, Phase.MISSING}
 

@@ -13,7 +13,7 @@ from podsys.providers.base import NodeState
 from podsys.providers.simulated import SimulatedProvider
 
 FAST_TYPE = {"name": "a100x4", "gpu_model": "A100", "gpus": 4, "cpu_cores": 32,
-             "memory_mib": 262144, "price_per_hour": 8.0, "boot_s": 0.3}
+             "memory_mib": 262144, "price_per_hour": 8.0, "boot_s": 2.0}
 
 
 @pytest.fixture
@@ -64,6 +64,7 @@ def test_bought_nodes_boot_on_the_wall_clock_and_join_the_shared_cluster(shared)
     FakeDriver(cluster="east", options={"nodes": 1})
     provider = SimulatedProvider(name="burst", options={"joins": "east", "types": [FAST_TYPE]})
     bought = provider.request(request_id="r1", node_type="a100x4", count=2)
+    booted_at = time.monotonic() + FAST_TYPE["boot_s"]
     assert {node.state for node in bought} == {NodeState.BOOTING}
 
     def view():
@@ -73,7 +74,7 @@ def test_bought_nodes_boot_on_the_wall_clock_and_join_the_shared_cluster(shared)
 
     states, nodes = _in_another_process(view)
     assert states == ["booting", "booting"] and nodes == ["fake-node-000"]
-    time.sleep(0.4)
+    time.sleep(max(booted_at + 0.1 - time.monotonic(), 0))
     states, nodes = _in_another_process(view)
     assert states == ["ready", "ready"]
     assert nodes == sorted(["fake-node-000", *(node.id for node in bought)])
