@@ -119,7 +119,7 @@ slurm:
 TEST_WORKERS ?= 2
 
 test: install lint check-migrations schema chromium bubblewrap slurm
-	OGAI_DATA_DIR=$(TEST_DATA_DIR) $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup \
+	OGAI_DATA_DIR=$(TEST_DATA_DIR) $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile \
 		$(PYTEST_ARGS)
 
 # The scheduler on real traces (../shared/data/traces): bench/results/trace_replay.md and its chart.

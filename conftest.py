@@ -42,9 +42,16 @@ def pytest_xdist_setupnodes(config, specs):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    from tests.parallel import FileOrGroupScheduling
+    from tests.parallel import FileScheduling
 
-    return FileOrGroupScheduling(config, log)
+    return FileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files that start processes or a browser first (tests/parallel.py)."""
+    from tests.parallel import long_files_first
+
+    items[:] = long_files_first(items)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -252,3 +259,4 @@ def celery_worker_process(tmp_path):
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         log.close()
+

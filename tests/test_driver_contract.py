@@ -18,9 +18,6 @@ from tests.fakekube import FakeKube
 from tests.fakekube.kubelet import Kubelet
 from tests.slurm_cluster import SlurmCluster, shared_folder
 
-# One Slurm at a time on this machine (tests/parallel.py).
-pytestmark = pytest.mark.xdist_group("slurm")
-
 FINISHED = {Phase.SUCCEEDED, Phase.FAILED}
 STOPPED = {Phase.FAILED, Phase.MISSING}
 

@@ -45,9 +45,7 @@ from ylink.services.pipelines import pipeline_run_start
 from ylink.services.training import training_run_start
 from ylink.tests.corpus import demo_steps, uploaded_corpus
 
-# One Slurm at a time on this machine (tests/parallel.py).
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),
-              pytest.mark.xdist_group("slurm")]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(scope="module")

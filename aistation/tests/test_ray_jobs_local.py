@@ -22,9 +22,7 @@ from podsys.services.clusters import cluster_sync_nodes
 from tests.processes import ray_processes
 
 pytest.importorskip("ray")
-# One Ray at a time on this machine (tests/parallel.py).
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),
-              pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 JOBS = "/api/v1/aistation/jobs/"
 # Runs a task on each live node, says how many nodes ran one, then holds its cluster.

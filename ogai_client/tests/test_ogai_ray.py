@@ -38,8 +38,7 @@ from podsys.drivers.fake import FakeDriver
 from podsys.models import Cluster
 from podsys.services.clusters import cluster_sync_nodes
 
-# One Ray at a time on this machine (tests/parallel.py).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("ray")]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 RAY_SPEC = """
 kind: ray

@@ -23,9 +23,6 @@ from podsys.drivers.base import (
 from podsys.drivers.slurm import PENDING_STATES, RUNNING_STATES, SlurmDriver
 from tests.slurm_cluster import SlurmCluster, posix_accounts, shared_folder
 
-# One Slurm at a time on this machine (tests/parallel.py).
-pytestmark = pytest.mark.xdist_group("slurm")
-
 TENANT_UID = 1_990_000_001
 OTHER_UID = 1_990_000_002
 

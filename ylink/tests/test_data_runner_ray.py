@@ -16,9 +16,6 @@ from ylink.tests.test_data_runner import PIPELINE, ROOT, events, read_output, ru
 
 ray = pytest.importorskip("ray")
 
-# One Ray at a time on this machine (tests/parallel.py).
-pytestmark = pytest.mark.xdist_group("ray")
-
 TIMEOUT = 420  # two Ray actors start per stage: seconds each on a busy 2-core machine
 
 
