@@ -1,13 +1,18 @@
 """The embedded log store: a SQLite file with an FTS5 index, beside the platform's database.
 
 Days are a column, not tables: retention deletes a tenant's whole days by that column. One
-connection per thread; WAL, so searches read while the shipper writes.
+connection per thread; WAL, so searches read while the shipper writes. close() may come from
+another thread than one using its connection (the platform's log flusher writes in its own):
+it waits for the statements running, since sqlite3 crashes the process on a connection closed
+under one.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, date
 from pathlib import Path
 
@@ -48,6 +53,17 @@ class SqliteLogStore(SqlLogStore):
     def __init__(self, path: str | Path) -> None:
         super().__init__()
         self.path = Path(path)
+        self._using = threading.RLock()  # held by each operation, and by close()
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection for one operation; close() waits for it to end."""
+        with self._using:
+            yield self._db()
+
+    def close(self) -> None:
+        with self._using:
+            super().close()
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -66,7 +82,8 @@ class SqliteLogStore(SqlLogStore):
 
     def _run(self, sql: str, params: Sequence = (), hints: Sequence[str] = ()) -> list[tuple]:
         try:
-            return self._db().execute(sql.replace("%s", "?"), list(params)).fetchall()
+            with self._connection() as db:
+                return db.execute(sql.replace("%s", "?"), list(params)).fetchall()
         except sqlite3.OperationalError as exc:
             raise StoreDown(f"log store {self.path}: {exc}") from None
 
@@ -74,32 +91,32 @@ class SqliteLogStore(SqlLogStore):
         rows = [(epoch(line.ts), line.ts.astimezone(UTC).date().isoformat(), line.tenant_id,
                  line.job_id, line.attempt, line.replica, line.line_no, line.stream, line.level,
                  line.source, line.request_id, line.context, line.message) for line in lines]
-        db = self._db()
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with self._connection() as db:
             try:
-                db.executemany(
-                    "INSERT INTO log_line (ts, day, tenant_id, job_id, attempt, replica, "
-                    "line_no, stream, level, source, request_id, context, message) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-                db.executemany(
-                    "INSERT INTO log_usage (tenant_key, day, lines, bytes) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (tenant_key, day) DO UPDATE SET lines = lines + excluded.lines,"
-                    " bytes = bytes + excluded.bytes",
-                    [(tenant or 0, day.isoformat(), count, size)
-                     for (tenant, day), (count, size) in day_usage(lines).items()])
-                db.executemany(
-                    "INSERT INTO log_cursor (key, offset, line_no) VALUES (?, ?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET offset = excluded.offset, "
-                    "line_no = excluded.line_no",
-                    [(key, cursor.offset, cursor.line_no)
-                     for key, cursor in (cursors or {}).items()])
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            raise StoreDown(f"log store {self.path}: {exc}") from None
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany(
+                        "INSERT INTO log_line (ts, day, tenant_id, job_id, attempt, replica, "
+                        "line_no, stream, level, source, request_id, context, message) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                    db.executemany(
+                        "INSERT INTO log_usage (tenant_key, day, lines, bytes) "
+                        "VALUES (?, ?, ?, ?) ON CONFLICT (tenant_key, day) DO UPDATE SET "
+                        "lines = lines + excluded.lines, bytes = bytes + excluded.bytes",
+                        [(tenant or 0, day.isoformat(), count, size)
+                         for (tenant, day), (count, size) in day_usage(lines).items()])
+                    db.executemany(
+                        "INSERT INTO log_cursor (key, offset, line_no) VALUES (?, ?, ?) "
+                        "ON CONFLICT (key) DO UPDATE SET offset = excluded.offset, "
+                        "line_no = excluded.line_no",
+                        [(key, cursor.offset, cursor.line_no)
+                         for key, cursor in (cursors or {}).items()])
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                raise StoreDown(f"log store {self.path}: {exc}") from None
 
     def _match(self, query: LogQuery) -> tuple[str, list]:
         return ("id IN (SELECT rowid FROM log_fts WHERE log_fts MATCH %s)",
@@ -111,17 +128,17 @@ class SqliteLogStore(SqlLogStore):
             tenant, day = row.tenant_id, row.day
             if day >= cutoffs.get(tenant, default_cutoff):
                 continue
-            db = self._db()
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                cursor = db.execute("DELETE FROM log_line WHERE day = ? AND tenant_id IS ?",
-                                    [day.isoformat(), tenant])
-                db.execute("DELETE FROM log_usage WHERE tenant_key = ? AND day = ?",
-                           [tenant or 0, day.isoformat()])
-                db.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
-                db.execute("ROLLBACK")
-                raise StoreDown(f"log store {self.path}: {exc}") from None
+            with self._connection() as db:
+                try:
+                    db.execute("BEGIN IMMEDIATE")
+                    cursor = db.execute("DELETE FROM log_line WHERE day = ? AND tenant_id IS ?",
+                                        [day.isoformat(), tenant])
+                    db.execute("DELETE FROM log_usage WHERE tenant_key = ? AND day = ?",
+                               [tenant or 0, day.isoformat()])
+                    db.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    db.execute("ROLLBACK")
+                    raise StoreDown(f"log store {self.path}: {exc}") from None
             expired.days.append((tenant, day))
             expired.lines += cursor.rowcount
         return expired

@@ -1,6 +1,8 @@
 """The log store's contract, on the backend the tests' database uses (SQLite here by default,
 PostgreSQL in CI) and on SQLite always."""
 
+import threading
+import time
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -225,3 +227,28 @@ def test_postgres_phrase_of_common_words_walks_the_newest_lines_first(store, mon
     assert [h.line_no for h in search(store, "Init", scope=alpha, job_id=10, limit=2)] \
         == [1200, 1199]
     assert len(walked) == 3 and len(walked[2]) == 2
+
+
+def test_closing_the_sqlite_store_while_another_thread_writes_loses_nothing(tmp_path):
+    """The platform's log flusher writes from its own thread while another closes the store
+    (a reset): sqlite3 crashed the process when a connection closed under a statement."""
+    store = SqliteLogStore(tmp_path / "logs.sqlite3")
+    stop, written = threading.Event(), []
+
+    def write():
+        count = 0
+        while not stop.is_set():
+            store.append([line(f"step {count + i}", line_no=count + i) for i in range(20)])
+            count += 20
+        written.append(count)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    for _ in range(200):
+        store.close()
+        time.sleep(0.002)
+    stop.set()
+    writer.join()
+    assert written[0] > 0
+    assert sum(day.lines for day in store.usage()) == written[0]
+    store.close()
