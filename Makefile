@@ -116,11 +116,12 @@ slurm:
 
 # The suite waits on real processes more than it computes: TEST_WORKERS pytest-xdist workers
 # share the cores, a test file (or files sharing a Slurm or a Ray) to a worker; tests/parallel.py.
+# A worker that crashes ends the run, named (a replaced one can leave xdist waiting forever).
 TEST_WORKERS ?= 2
 
 test: install lint check-migrations schema chromium bubblewrap slurm
 	OGAI_DATA_DIR=$(TEST_DATA_DIR) $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile \
-		$(PYTEST_ARGS)
+		--max-worker-restart 0 $(PYTEST_ARGS)
 
 # The scheduler on real traces (../shared/data/traces): bench/results/trace_replay.md and its chart.
 trace-report: install
